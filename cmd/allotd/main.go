@@ -1,0 +1,66 @@
+// Command allotd is the allot node daemon.
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/allot-ipam/allot/core/config"
+	"github.com/allot-ipam/allot/core/daemon"
+	"github.com/spf13/cobra"
+)
+
+func main() {
+	var cfgPath string
+	cmd := &cobra.Command{
+		Use:           "allotd",
+		Short:         "allot IPAM node daemon",
+		Version:       daemon.Version,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Args:          cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := config.Load(cfgPath, cmd.Flags())
+			if err != nil {
+				return err
+			}
+			log, err := newLogger(cfg.Log)
+			if err != nil {
+				return err
+			}
+			slog.SetDefault(log)
+			for _, w := range cfg.Warnings {
+				log.Warn(w)
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
+			defer stop()
+			d, err := daemon.New(ctx, cfg, log)
+			if err != nil {
+				return err
+			}
+			return d.Serve(ctx)
+		},
+	}
+	cmd.Flags().StringVarP(&cfgPath, "config", "c", os.Getenv("ALLOT_CONFIG"), "configuration file (YAML); env ALLOT_CONFIG")
+	config.RegisterFlags(cmd.Flags())
+	if err := cmd.ExecuteContext(context.Background()); err != nil {
+		fmt.Fprintln(os.Stderr, "allotd:", err)
+		os.Exit(1)
+	}
+}
+
+func newLogger(c config.LogConfig) (*slog.Logger, error) {
+	level, err := config.ParseLevel(c.Level)
+	if err != nil {
+		return nil, fmt.Errorf("log.level: %w", err)
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	if c.Format == "json" {
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
+}

@@ -1,0 +1,80 @@
+package api
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+)
+
+// ErrorCode classifies an API error so that allot-cni can map it to a CNI error code and
+// allotctl can print it plainly.
+type ErrorCode string
+
+const (
+	// CodeInvalid: the request is malformed; Field names the offending field.
+	CodeInvalid ErrorCode = "invalid"
+	// CodeExhausted: no candidate pool has a free address.
+	CodeExhausted ErrorCode = "exhausted"
+	// CodeConflict: a requested specific address is held by another owner.
+	CodeConflict ErrorCode = "conflict"
+	// CodeNotFound: the owner holds nothing (CHECK) or a named pool does not exist.
+	CodeNotFound ErrorCode = "not_found"
+	// CodeNoPool: the pool policy found no pool for this request.
+	CodeNoPool ErrorCode = "no_pool"
+	// CodeUnavailable: the daemon cannot serve now (starting, shutting down, store failure);
+	// retrying later may succeed.
+	CodeUnavailable ErrorCode = "unavailable"
+	// CodeInternal: a bug or an unexpected failure.
+	CodeInternal ErrorCode = "internal"
+)
+
+// Error is the body of every non-2xx answer and the error type the client returns.
+type Error struct {
+	Code    ErrorCode `json:"code"`
+	Message string    `json:"message"`
+	// Field is the request field at fault, for CodeInvalid (e.g. "ips[1]").
+	Field string `json:"field,omitempty"`
+}
+
+func (e *Error) Error() string {
+	if e.Field != "" {
+		return fmt.Sprintf("%s: %s", e.Field, e.Message)
+	}
+	return e.Message
+}
+
+// Errorf builds an *Error.
+func Errorf(code ErrorCode, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// InvalidField builds a CodeInvalid error naming field.
+func InvalidField(field, format string, args ...any) *Error {
+	return &Error{Code: CodeInvalid, Field: field, Message: fmt.Sprintf(format, args...)}
+}
+
+// CodeOf returns the code of err if it is (or wraps) an *Error, else CodeInternal.
+func CodeOf(err error) ErrorCode {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return CodeInternal
+}
+
+// HTTPStatus maps a code to the HTTP status the server answers with.
+func (c ErrorCode) HTTPStatus() int {
+	switch c {
+	case CodeInvalid:
+		return http.StatusBadRequest
+	case CodeNotFound:
+		return http.StatusNotFound
+	case CodeConflict:
+		return http.StatusConflict
+	case CodeExhausted, CodeNoPool:
+		return http.StatusUnprocessableEntity
+	case CodeUnavailable:
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
+}

@@ -1,0 +1,140 @@
+// Package server serves the api.Service over HTTP/JSON, normally on a unix socket.
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/allot-ipam/allot/core/api"
+)
+
+// maxBody bounds request bodies: a GC request lists every valid attachment on the node, so
+// leave room for tens of thousands of them, but refuse unbounded input.
+const maxBody = 8 << 20
+
+// Handler returns the HTTP handler of the local API.
+func Handler(svc api.Service, log *slog.Logger) http.Handler {
+	h := &handler{svc: svc, log: log}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/allocate", post(h, svc.Allocate))
+	mux.HandleFunc("POST /v1/check", post(h, svc.Check))
+	mux.HandleFunc("POST /v1/gc", post(h, svc.GC))
+	mux.HandleFunc("POST /v1/release", post(h, func(ctx context.Context, r *api.ReleaseRequest) (*struct{}, error) {
+		return &struct{}{}, svc.Release(ctx, r)
+	}))
+	mux.HandleFunc("GET /v1/status", get(h, svc.Status))
+	mux.HandleFunc("GET /v1/pools", get(h, func(ctx context.Context) (*[]api.PoolStatus, error) {
+		p, err := svc.Pools(ctx)
+		return &p, err
+	}))
+	mux.HandleFunc("GET /v1/allocations", get(h, func(ctx context.Context) (*[]api.Allocation, error) {
+		a, err := svc.Allocations(ctx)
+		return &a, err
+	}))
+	mux.HandleFunc("GET /v1/plugins", get(h, func(ctx context.Context) (*[]api.PluginStatus, error) {
+		p, err := svc.Plugins(ctx)
+		return &p, err
+	}))
+	return mux
+}
+
+type handler struct {
+	svc api.Service
+	log *slog.Logger
+}
+
+func post[Req, Resp any](h *handler, fn func(context.Context, *Req) (Resp, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var req Req
+		dec := json.NewDecoder(io.LimitReader(r.Body, maxBody))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&req); err != nil {
+			h.writeError(w, r, api.InvalidField("body", "cannot decode request: %v", err))
+			return
+		}
+		resp, err := fn(r.Context(), &req)
+		if err != nil {
+			h.writeError(w, r, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, resp)
+	}
+}
+
+func get[Resp any](h *handler, fn func(context.Context) (Resp, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		resp, err := fn(r.Context())
+		if err != nil {
+			h.writeError(w, r, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, resp)
+	}
+}
+
+func (h *handler) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	var e *api.Error
+	if !errors.As(err, &e) {
+		e = &api.Error{Code: api.CodeInternal, Message: err.Error()}
+	}
+	if e.Code == api.CodeInternal {
+		h.log.Error("api request failed", "path", r.URL.Path, "err", err)
+	} else {
+		h.log.Debug("api request refused", "path", r.URL.Path, "code", e.Code, "err", e.Error())
+	}
+	writeJSON(w, e.Code.HTTPStatus(), e)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// Listen opens the unix socket at path with mode 0600, replacing a stale socket file left
+// by a previous run. It refuses to replace a socket another live daemon is serving.
+func Listen(path string) (net.Listener, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, fmt.Errorf("api: create socket directory: %w", err)
+	}
+	if _, err := os.Stat(path); err == nil {
+		if c, err := net.DialTimeout("unix", path, 200*time.Millisecond); err == nil {
+			c.Close()
+			return nil, fmt.Errorf("api: socket %s is served by another process", path)
+		}
+		if err := os.Remove(path); err != nil {
+			return nil, fmt.Errorf("api: remove stale socket %s: %w", path, err)
+		}
+	}
+	// Create the socket with no group/other access from the start: chmod after bind would leave
+	// a window in which anyone could connect.
+	old := umask(0o177)
+	l, err := net.Listen("unix", path)
+	umask(old)
+	if err != nil {
+		return nil, fmt.Errorf("api: listen on %s: %w", path, err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		l.Close()
+		return nil, fmt.Errorf("api: chmod %s: %w", path, err)
+	}
+	return l, nil
+}
+
+// NewHTTPServer returns an http.Server for the handler with timeouts suited to a local API.
+func NewHTTPServer(h http.Handler) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 5 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+	}
+}

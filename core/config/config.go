@@ -1,0 +1,120 @@
+// Package config loads and validates allotd's configuration.
+//
+// Sources, later ones overriding earlier ones: built-in defaults, the YAML file, ALLOT_*
+// environment variables, then command-line flags. Validation errors name the field in the
+// file's own terms (e.g. `pools[1].cidrs[0]`), so an operator can go straight to the line.
+package config
+
+import (
+	"time"
+)
+
+// Config is allotd's whole configuration.
+type Config struct {
+	// Mode is "standalone" (agent and pools in one process, state in a local store).
+	Mode string `koanf:"mode"`
+	// Socket is the unix socket of the local API (allot-cni, allotctl).
+	Socket string      `koanf:"socket"`
+	Store  StoreConfig `koanf:"store"`
+	HTTP   HTTPConfig  `koanf:"http"`
+	Log    LogConfig   `koanf:"log"`
+	Pools  []Pool      `koanf:"pools"`
+	Policy Policy      `koanf:"policy"`
+	// Plugins are third-party plugins (process or WASM) that policy chains can name.
+	Plugins []Plugin `koanf:"plugins"`
+
+	// Warnings are problems that do not stop the daemon (e.g. an unknown ALLOT_ variable);
+	// allotd logs them at start.
+	Warnings []string `koanf:"-"`
+}
+
+// StoreConfig is the embedded store.
+type StoreConfig struct {
+	Path string `koanf:"path"`
+	// NoSync skips fsync. For benchmarks and throwaway test rigs only: an acknowledged
+	// allocation can be lost on power failure.
+	NoSync bool `koanf:"noSync"`
+}
+
+// HTTPConfig is the health and metrics listener.
+type HTTPConfig struct {
+	// Address serves /healthz, /readyz and /metrics; empty disables it.
+	Address string `koanf:"address"`
+}
+
+// LogConfig sets up log/slog.
+type LogConfig struct {
+	Level  string `koanf:"level"`
+	Format string `koanf:"format"`
+}
+
+// Pool is one address pool.
+type Pool struct {
+	Name  string   `koanf:"name"`
+	CIDRs []string `koanf:"cidrs"`
+	// Exclude lists addresses, ranges ("a-b") or CIDRs never handed out.
+	Exclude []string `koanf:"exclude"`
+	// Gateway, if set, is given to pods in the CNI result and never handed out.
+	Gateway string  `koanf:"gateway"`
+	Routes  []Route `koanf:"routes"`
+	// Default marks the pool as a default for its family when the CNI config names none.
+	Default bool `koanf:"default"`
+}
+
+// Route is a route given to pods.
+type Route struct {
+	Dst string `koanf:"dst"`
+	GW  string `koanf:"gw"`
+}
+
+// Policy says which pool policy chain decides, per CNI network.
+type Policy struct {
+	// Default applies to networks not listed in Networks.
+	Default Chain `koanf:"default"`
+	// Networks maps a CNI network name to its chain.
+	Networks map[string]Chain `koanf:"networks"`
+	// Timeout bounds one policy decision.
+	Timeout time.Duration `koanf:"timeout"`
+}
+
+// Chain is an ordered list of policies with fall-through: a policy that has no opinion
+// passes the request to the next one.
+type Chain struct {
+	Policies []string `koanf:"chain"`
+	// Fallback answers when a policy of the chain fails (crash, timeout, bad output).
+	Fallback string `koanf:"fallback"`
+}
+
+// Plugin is a third-party plugin loaded at start.
+type Plugin struct {
+	Name string `koanf:"name"`
+	// Kind is "pool-policy", "cloud-backend" or "datapath".
+	Kind string `koanf:"kind"`
+	// Transport is "process" (go-plugin) or "wasm" (pool policies only).
+	Transport string `koanf:"transport"`
+	Path      string `koanf:"path"`
+	// SHA256 pins the plugin binary or module; a mismatch refuses to load it.
+	SHA256  string         `koanf:"sha256"`
+	Args    []string       `koanf:"args"`
+	Env     []string       `koanf:"env"`
+	Timeout time.Duration  `koanf:"timeout"`
+	Config  map[string]any `koanf:"config"`
+	// WASM only.
+	Instances      int `koanf:"instances"`
+	MemoryLimitMiB int `koanf:"memoryLimitMiB"`
+}
+
+// Defaults returns the configuration used for every key the sources leave unset.
+func Defaults() Config {
+	return Config{
+		Mode:   "standalone",
+		Socket: "/run/allot/allotd.sock",
+		Store:  StoreConfig{Path: "/var/lib/allot/allot.db"},
+		HTTP:   HTTPConfig{Address: "127.0.0.1:9464"},
+		Log:    LogConfig{Level: "info", Format: "text"},
+		Policy: Policy{
+			Default: Chain{Policies: []string{"static"}},
+			Timeout: 2 * time.Second,
+		},
+	}
+}

@@ -1,0 +1,226 @@
+// Package daemon wires allotd together in standalone mode: store, pools, pool policies,
+// the local API on a unix socket, and the health and metrics listener.
+//
+// Start-up order matters: the store is opened and every allocation restored before the API
+// socket exists, so allot-cni never talks to a daemon that could hand out an address it has
+// not yet read back. Shutdown is the reverse: stop accepting, finish in-flight requests,
+// then close the store (which drains its pending commits).
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"github.com/allot-ipam/allot/core/api"
+	"github.com/allot-ipam/allot/core/api/server"
+	"github.com/allot-ipam/allot/core/config"
+	"github.com/allot-ipam/allot/core/ipam"
+	"github.com/allot-ipam/allot/core/store"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Version is set at build time with -ldflags "-X .../core/daemon.Version=...".
+var Version = "dev"
+
+// shutdownGrace bounds how long in-flight requests may take once shutdown begins.
+const shutdownGrace = 10 * time.Second
+
+// Daemon is a running allotd.
+type Daemon struct {
+	cfg     *config.Config
+	log     *slog.Logger
+	reg     *prometheus.Registry
+	store   *store.Store
+	manager *ipam.Manager
+	plugins *Plugins
+	ready   atomic.Bool
+
+	apiLn   net.Listener
+	apiSrv  *http.Server
+	httpLn  net.Listener
+	httpSrv *http.Server
+}
+
+// New prepares the daemon: opens the store, restores allocations, loads plugins and opens
+// the listeners. Serve starts answering.
+func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Daemon, err error) {
+	d := &Daemon{cfg: cfg, log: log, reg: prometheus.NewRegistry()}
+	d.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	defer func() {
+		if err != nil {
+			d.close(context.Background())
+		}
+	}()
+
+	if d.httpLn, err = d.listenHTTP(); err != nil {
+		return nil, err
+	}
+	d.store, err = store.Open(ctx, cfg.Store.Path, store.Options{NoSync: cfg.Store.NoSync, Logger: log.With("component", "store")})
+	if err != nil {
+		return nil, fmt.Errorf("open store: %w", err)
+	}
+	d.reg.MustRegister(newStoreCollector(d.store))
+
+	if d.plugins, err = LoadPlugins(ctx, cfg, log.With("component", "plugins")); err != nil {
+		return nil, err
+	}
+	pools, err := poolSpecs(cfg)
+	if err != nil {
+		return nil, err
+	}
+	d.manager, err = ipam.New(ctx, ipam.Options{
+		Pools:         pools,
+		Store:         d.store,
+		Policy:        d.plugins.PolicyFor,
+		PolicyTimeout: cfg.Policy.Timeout,
+		PluginStatus:  d.plugins.Status,
+		Metrics:       ipam.NewMetrics(d.reg),
+		Logger:        log.With("component", "ipam"),
+		Version:       Version,
+		Mode:          cfg.Mode,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if d.apiLn, err = server.Listen(cfg.Socket); err != nil {
+		return nil, err
+	}
+	d.apiSrv = server.NewHTTPServer(server.Handler(d.manager, log.With("component", "api")))
+	return d, nil
+}
+
+// Manager exposes the IPAM manager (tests, benchmarks).
+func (d *Daemon) Manager() *ipam.Manager { return d.manager }
+
+// HTTPAddr is the address of the health and metrics listener, if any.
+func (d *Daemon) HTTPAddr() string {
+	if d.httpLn == nil {
+		return ""
+	}
+	return d.httpLn.Addr().String()
+}
+
+// Serve answers on the API socket and the health listener until ctx is done, then shuts
+// down gracefully.
+func (d *Daemon) Serve(ctx context.Context) error {
+	errc := make(chan error, 2)
+	go func() { errc <- serveUntilClosed(d.apiSrv, d.apiLn) }()
+	if d.httpLn != nil {
+		d.httpSrv = &http.Server{Handler: d.healthHandler(), ReadHeaderTimeout: 5 * time.Second}
+		go func() { errc <- serveUntilClosed(d.httpSrv, d.httpLn) }()
+	}
+	d.ready.Store(true)
+	d.log.Info("allotd serving", "version", Version, "mode", d.cfg.Mode, "socket", d.cfg.Socket, "http", d.HTTPAddr(), "store", d.cfg.Store.Path)
+
+	var err error
+	select {
+	case <-ctx.Done():
+		d.log.Info("shutting down")
+	case err = <-errc:
+		d.log.Error("listener failed; shutting down", "err", err)
+	}
+	d.ready.Store(false)
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownGrace)
+	defer cancel()
+	return errors.Join(err, d.close(sctx))
+}
+
+func serveUntilClosed(s *http.Server, l net.Listener) error {
+	if err := s.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+func (d *Daemon) close(ctx context.Context) error {
+	var errs []error
+	if d.apiSrv != nil {
+		errs = append(errs, d.apiSrv.Shutdown(ctx))
+	} else if d.apiLn != nil {
+		errs = append(errs, d.apiLn.Close())
+	}
+	if d.apiLn != nil {
+		if err := os.Remove(d.cfg.Socket); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	if d.plugins != nil {
+		errs = append(errs, d.plugins.Close(ctx))
+	}
+	if d.store != nil {
+		errs = append(errs, d.store.Close())
+	}
+	if d.httpSrv != nil {
+		errs = append(errs, d.httpSrv.Shutdown(ctx))
+	} else if d.httpLn != nil {
+		errs = append(errs, d.httpLn.Close())
+	}
+	err := errors.Join(errs...)
+	if err == nil {
+		d.log.Info("allotd stopped")
+	}
+	return err
+}
+
+func (d *Daemon) listenHTTP() (net.Listener, error) {
+	if d.cfg.HTTP.Address == "" {
+		return nil, nil
+	}
+	l, err := net.Listen("tcp", d.cfg.HTTP.Address)
+	if err != nil {
+		return nil, fmt.Errorf("http.address: %w", err)
+	}
+	return l, nil
+}
+
+func (d *Daemon) healthHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if !d.ready.Load() {
+			http.Error(w, "not ready: starting or shutting down", http.StatusServiceUnavailable)
+			return
+		}
+		st, err := d.manager.Status(r.Context())
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		// Exhausted pools do not make the daemon unready: it still answers DEL, CHECK and
+		// GC, and restarting it would not free an address.
+		if st.Message != "" {
+			_, _ = fmt.Fprintf(w, "ready (%s)\n", st.Message)
+			return
+		}
+		_, _ = w.Write([]byte("ready\n"))
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(d.reg, promhttp.HandlerOpts{Registry: d.reg}))
+	return mux
+}
+
+func poolSpecs(cfg *config.Config) ([]ipam.PoolSpec, error) {
+	out := make([]ipam.PoolSpec, 0, len(cfg.Pools))
+	for i, p := range cfg.Pools {
+		ac, err := p.AllocatorConfig()
+		if err != nil {
+			return nil, fmt.Errorf("pools[%d]: %w", i, err)
+		}
+		spec := ipam.PoolSpec{Allocator: ac, Default: p.Default}
+		for _, r := range p.Routes {
+			spec.Routes = append(spec.Routes, api.Route{Dst: r.Dst, GW: r.GW})
+		}
+		out = append(out, spec)
+	}
+	return out, nil
+}

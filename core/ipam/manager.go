@@ -1,0 +1,655 @@
+package ipam
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/allot-ipam/allot/core/allocator"
+	"github.com/allot-ipam/allot/core/api"
+	"github.com/allot-ipam/allot/core/store"
+	"github.com/allot-ipam/allot/sdk/policy"
+)
+
+// PoolSpec is one pool as the manager needs it.
+type PoolSpec struct {
+	Allocator allocator.Config
+	Routes    []api.Route
+	Default   bool
+}
+
+// PolicySource returns the pool policy that decides for a CNI network.
+type PolicySource func(network string) policy.PoolPolicy
+
+// Options configure a Manager.
+type Options struct {
+	Pools  []PoolSpec
+	Store  *store.Store
+	Policy PolicySource
+	// PolicyTimeout bounds one policy decision.
+	PolicyTimeout time.Duration
+	// PluginStatus, if set, reports loaded plugins for allotctl.
+	PluginStatus func(context.Context) []api.PluginStatus
+	Metrics      *Metrics
+	Logger       *slog.Logger
+	Version      string
+	Mode         string
+	// Now is the clock (tests).
+	Now func() time.Time
+}
+
+type pool struct {
+	alloc   *allocator.Pool
+	spec    PoolSpec
+	family  policy.Family
+	prefix  []netip.Prefix
+	gateway netip.Addr
+}
+
+type holding struct {
+	rec store.Record
+}
+
+// Manager implements api.Service for a node.
+type Manager struct {
+	opts  Options
+	log   *slog.Logger
+	start time.Time
+
+	mu        sync.Mutex
+	pools     map[string]*pool
+	poolNames []string // sorted, for deterministic views
+	owners    map[store.Owner]*holding
+	holders   map[netip.Addr]store.Owner
+	inflight  map[store.Owner]chan struct{}
+	// problems found while rebuilding from the store, shown by Status.
+	problems []string
+}
+
+var _ api.Service = (*Manager)(nil)
+
+// New builds the pools, then rebuilds every allocation from the store.
+func New(ctx context.Context, opts Options) (*Manager, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.PolicyTimeout <= 0 {
+		opts.PolicyTimeout = 2 * time.Second
+	}
+	if opts.Metrics == nil {
+		opts.Metrics = NewMetrics(nil)
+	}
+	m := &Manager{
+		opts:     opts,
+		log:      opts.Logger,
+		start:    opts.Now(),
+		pools:    map[string]*pool{},
+		owners:   map[store.Owner]*holding{},
+		holders:  map[netip.Addr]store.Owner{},
+		inflight: map[store.Owner]chan struct{}{},
+	}
+	for _, ps := range opts.Pools {
+		a, err := allocator.New(ps.Allocator)
+		if err != nil {
+			return nil, fmt.Errorf("ipam: %w", err)
+		}
+		fam := policy.IPv4
+		if a.Family() == 6 {
+			fam = policy.IPv6
+		}
+		if _, dup := m.pools[a.Name()]; dup {
+			return nil, fmt.Errorf("ipam: pool %q defined twice", a.Name())
+		}
+		m.pools[a.Name()] = &pool{alloc: a, spec: ps, family: fam, prefix: ps.Allocator.CIDRs, gateway: ps.Allocator.Gateway}
+		m.poolNames = append(m.poolNames, a.Name())
+	}
+	sort.Strings(m.poolNames)
+	if err := m.rebuild(ctx); err != nil {
+		return nil, err
+	}
+	m.updatePoolMetrics()
+	return m, nil
+}
+
+// rebuild marks every stored address as held. Records are never dropped here, even when
+// their pool is gone from the configuration: losing a record could hand its address out
+// twice once the pool comes back.
+func (m *Manager) rebuild(ctx context.Context) error {
+	recs, err := m.opts.Store.List(ctx)
+	if err != nil {
+		return fmt.Errorf("ipam: read allocations from store: %w", err)
+	}
+	for _, r := range recs {
+		m.owners[r.Owner] = &holding{rec: r}
+		for _, a := range r.Addresses {
+			addr := a.Prefix.Addr()
+			if prev, dup := m.holders[addr]; dup {
+				msg := fmt.Sprintf("address %s is recorded for both %s and %s", addr, prev, r.Owner)
+				m.problems = append(m.problems, msg)
+				m.log.Error("store holds a duplicate address; both records kept, address stays in use", "addr", addr, "owners", []string{prev.String(), r.Owner.String()})
+				continue
+			}
+			m.holders[addr] = r.Owner
+			p, ok := m.pools[a.Pool]
+			if !ok {
+				p = m.poolContaining(addr)
+			}
+			if p == nil {
+				msg := fmt.Sprintf("%s holds %s from pool %q, which is no longer configured", r.Owner, addr, a.Pool)
+				m.problems = append(m.problems, msg)
+				m.log.Warn("allocation outside every configured pool; kept until released", "owner", r.Owner.String(), "addr", addr, "pool", a.Pool)
+				continue
+			}
+			if err := p.alloc.Allocate(addr); err != nil && !errors.Is(err, allocator.ErrExcluded) {
+				m.log.Warn("restoring allocation", "owner", r.Owner.String(), "addr", addr, "err", err)
+			}
+		}
+	}
+	m.log.Info("allocations restored from store", "owners", len(recs), "addresses", len(m.holders))
+	return nil
+}
+
+func (m *Manager) poolContaining(a netip.Addr) *pool {
+	for _, n := range m.poolNames {
+		if m.pools[n].alloc.Contains(a) {
+			return m.pools[n]
+		}
+	}
+	return nil
+}
+
+// acquire waits until no other request for o is in flight and marks o as in flight.
+// It returns with m.mu held.
+func (m *Manager) acquire(ctx context.Context, o store.Owner) error {
+	m.mu.Lock()
+	for {
+		ch, busy := m.inflight[o]
+		if !busy {
+			m.inflight[o] = make(chan struct{})
+			return nil
+		}
+		m.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return api.Errorf(api.CodeUnavailable, "waiting for an earlier request of %s: %v", o, ctx.Err())
+		}
+		m.mu.Lock()
+	}
+}
+
+// done clears o's in-flight mark. Called with m.mu held.
+func (m *Manager) done(o store.Owner) {
+	close(m.inflight[o])
+	delete(m.inflight, o)
+}
+
+func toOwner(o api.Owner) store.Owner {
+	return store.Owner{ContainerID: o.ContainerID, IfName: o.IfName}
+}
+
+func fromOwner(o store.Owner) api.Owner {
+	return api.Owner{ContainerID: o.ContainerID, IfName: o.IfName}
+}
+
+func validateOwner(o api.Owner) error {
+	if o.ContainerID == "" {
+		return api.InvalidField("owner.containerID", "must not be empty")
+	}
+	if len(o.ContainerID) > 512 || strings.ContainsAny(o.ContainerID, "/\x00\n") {
+		return api.InvalidField("owner.containerID", "%.40q is not a valid container ID", o.ContainerID)
+	}
+	if o.IfName == "" {
+		return api.InvalidField("owner.ifName", "must not be empty")
+	}
+	// Linux interface names: at most 15 bytes, no '/', whitespace or ':'.
+	if len(o.IfName) > 15 || strings.ContainsAny(o.IfName, "/: \t\n\x00") || o.IfName == "." || o.IfName == ".." {
+		return api.InvalidField("owner.ifName", "%q is not a valid interface name", o.IfName)
+	}
+	return nil
+}
+
+// Allocate implements api.Service.
+func (m *Manager) Allocate(ctx context.Context, req *api.AllocateRequest) (*api.Allocation, error) {
+	begin := time.Now()
+	alloc, err := m.allocate(ctx, req)
+	m.opts.Metrics.observe("allocate", begin, err)
+	return alloc, err
+}
+
+func (m *Manager) allocate(ctx context.Context, req *api.AllocateRequest) (*api.Allocation, error) {
+	if err := validateOwner(req.Owner); err != nil {
+		return nil, err
+	}
+	if req.Network == "" {
+		return nil, api.InvalidField("network", "must not be empty (the CNI network name)")
+	}
+	requested, err := parseRequestedIPs(req.IPs)
+	if err != nil {
+		return nil, err
+	}
+	owner := toOwner(req.Owner)
+
+	// Fast path, and the idempotent answer to a repeated ADD.
+	if err := m.acquire(ctx, owner); err != nil {
+		return nil, err
+	}
+	if h, ok := m.owners[owner]; ok {
+		defer m.mu.Unlock()
+		defer m.done(owner)
+		return m.allocationOf(h.rec), nil
+	}
+	views := m.poolViewsLocked()
+	m.mu.Unlock()
+
+	release := func() {
+		m.mu.Lock()
+		m.done(owner)
+		m.mu.Unlock()
+	}
+
+	decision, err := m.decide(ctx, req, views)
+	if err != nil {
+		release()
+		return nil, err
+	}
+
+	m.mu.Lock()
+	addrs, err := m.takeLocked(req, decision, requested)
+	if err != nil {
+		m.done(owner)
+		m.mu.Unlock()
+		return nil, err
+	}
+	rec := store.Record{
+		Owner:     owner,
+		Network:   req.Network,
+		Pod:       store.Pod{Namespace: req.Pod.Namespace, Name: req.Pod.Name, UID: req.Pod.UID},
+		Addresses: addrs,
+		Created:   m.opts.Now().UTC(),
+	}
+	m.mu.Unlock()
+
+	// Not the request's context: see the package doc.
+	perr := m.opts.Store.Put(context.WithoutCancel(ctx), rec)
+
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	defer m.done(owner)
+	if perr != nil {
+		for _, a := range addrs {
+			m.freeLocked(a)
+		}
+		m.log.Error("allocation not persisted; addresses returned to their pools", "owner", owner.String(), "err", perr)
+		return nil, api.Errorf(api.CodeUnavailable, "store: %v", perr)
+	}
+	m.owners[owner] = &holding{rec: rec}
+	for _, a := range addrs {
+		m.holders[a.Prefix.Addr()] = owner
+		m.opts.Metrics.allocated(a.Pool)
+	}
+	m.updatePoolMetricsLocked()
+	m.log.Debug("allocated", "owner", owner.String(), "network", req.Network, "pod", req.Pod.Namespace+"/"+req.Pod.Name, "addresses", addrStrings(addrs))
+	return m.allocationOf(rec), nil
+}
+
+func parseRequestedIPs(ips []string) ([]netip.Addr, error) {
+	var out []netip.Addr
+	for i, s := range ips {
+		f := fmt.Sprintf("ips[%d]", i)
+		s = strings.TrimSpace(s)
+		var a netip.Addr
+		if strings.Contains(s, "/") {
+			p, err := netip.ParsePrefix(s)
+			if err != nil {
+				return nil, api.InvalidField(f, "%q is not an IP address or CIDR", s)
+			}
+			a = p.Addr()
+		} else {
+			var err error
+			if a, err = netip.ParseAddr(s); err != nil {
+				return nil, api.InvalidField(f, "%q is not an IP address", s)
+			}
+		}
+		a = a.Unmap()
+		if slices.Contains(out, a) {
+			return nil, api.InvalidField(f, "%s is requested twice", a)
+		}
+		out = append(out, a)
+	}
+	return out, nil
+}
+
+// decide asks the network's policy for candidate pools.
+func (m *Manager) decide(ctx context.Context, req *api.AllocateRequest, views []policy.PoolView) (policy.PodDecision, error) {
+	pol := m.opts.Policy(req.Network)
+	if pol == nil {
+		return policy.PodDecision{}, api.Errorf(api.CodeInternal, "no pool policy configured for network %q", req.Network)
+	}
+	pctx, cancel := context.WithTimeout(ctx, m.opts.PolicyTimeout)
+	defer cancel()
+	preq := &policy.PodRequest{
+		Pod:  policy.Pod{Namespace: req.Pod.Namespace, Name: req.Pod.Name, UID: req.Pod.UID},
+		Node: policy.Node{},
+		CNI: policy.CNIRequest{
+			IfName:           req.Owner.IfName,
+			Network:          req.Network,
+			Pools:            req.Pools,
+			DefaultIPv4Pools: req.DefaultIPv4Pools,
+			DefaultIPv6Pools: req.DefaultIPv6Pools,
+		},
+		Namespace: policy.Namespace{Name: req.Pod.Namespace},
+		Pools:     views,
+	}
+	d, err := pol.SelectPodPools(pctx, preq)
+	if err != nil {
+		return d, api.Errorf(api.CodeUnavailable, "pool policy failed: %v", err)
+	}
+	switch d.Code {
+	case policy.Decided:
+	case policy.NoFit, policy.Skip:
+		reason := d.Reason
+		if reason == "" {
+			reason = "no policy chose a pool"
+		}
+		return d, api.Errorf(api.CodeNoPool, "no pool for %s: %s", req.Owner, reason)
+	default:
+		return d, api.Errorf(api.CodeInternal, "pool policy answered unknown code %v", d.Code)
+	}
+	if len(d.IPv4) == 0 && len(d.IPv6) == 0 {
+		return d, api.Errorf(api.CodeNoPool, "no pool for %s: the policy (%s) chose no pool for any family", req.Owner, d.Source)
+	}
+	return d, nil
+}
+
+// takeLocked takes one address per wanted family: the requested one if the runtime asked for
+// one in that family, else the next free address of the first candidate pool that has one.
+// On failure nothing stays taken.
+func (m *Manager) takeLocked(req *api.AllocateRequest, d policy.PodDecision, requested []netip.Addr) ([]store.Address, error) {
+	var taken []store.Address
+	fail := func(err error) ([]store.Address, error) {
+		for _, a := range taken {
+			m.freeLocked(a)
+		}
+		return nil, err
+	}
+	used := make([]bool, len(requested))
+	for _, fam := range []struct {
+		f     policy.Family
+		cands []policy.Candidate
+	}{{policy.IPv4, d.IPv4}, {policy.IPv6, d.IPv6}} {
+		idx := -1
+		for i, a := range requested {
+			if !used[i] && (a.Is4() == (fam.f == policy.IPv4)) {
+				idx = i
+				break
+			}
+		}
+		if idx >= 0 {
+			used[idx] = true
+			a, err := m.takeRequestedLocked(req.Owner, idx, requested[idx], fam.cands)
+			if err != nil {
+				return fail(err)
+			}
+			taken = append(taken, a)
+			continue
+		}
+		if len(fam.cands) == 0 {
+			continue
+		}
+		a, err := m.takeNextLocked(fam.f, fam.cands)
+		if err != nil {
+			return fail(err)
+		}
+		taken = append(taken, a)
+	}
+	for i, u := range used {
+		if !u {
+			return fail(api.InvalidField(fmt.Sprintf("ips[%d]", i), "%s: only one address per family can be requested", requested[i]))
+		}
+	}
+	return taken, nil
+}
+
+func (m *Manager) takeRequestedLocked(o api.Owner, idx int, a netip.Addr, cands []policy.Candidate) (store.Address, error) {
+	field := fmt.Sprintf("ips[%d]", idx)
+	p := m.poolContaining(a)
+	if p == nil {
+		return store.Address{}, api.InvalidField(field, "%s is not in any configured pool", a)
+	}
+	if len(cands) > 0 && !slices.ContainsFunc(cands, func(c policy.Candidate) bool { return c.Pool == p.alloc.Name() }) {
+		names := make([]string, len(cands))
+		for i, c := range cands {
+			names[i] = c.Pool
+		}
+		return store.Address{}, api.InvalidField(field, "%s is in pool %q, but this request may use only %v", a, p.alloc.Name(), names)
+	}
+	if err := p.alloc.Allocate(a); err != nil {
+		if errors.Is(err, allocator.ErrInUse) {
+			holder := m.holders[a]
+			return store.Address{}, &api.Error{Code: api.CodeConflict, Field: field, Message: fmt.Sprintf("%s is already held by %s", a, holder)}
+		}
+		return store.Address{}, api.InvalidField(field, "%v", err)
+	}
+	return m.addressOf(p, a), nil
+}
+
+func (m *Manager) takeNextLocked(fam policy.Family, cands []policy.Candidate) (store.Address, error) {
+	var tried []string
+	for _, c := range cands {
+		p, ok := m.pools[c.Pool]
+		if !ok {
+			return store.Address{}, api.Errorf(api.CodeNotFound, "pool %q chosen by the policy does not exist", c.Pool)
+		}
+		if p.family != fam {
+			return store.Address{}, api.Errorf(api.CodeInternal, "policy chose pool %q (%s) for %s", c.Pool, p.family, fam)
+		}
+		a, err := p.alloc.AllocateNext()
+		if errors.Is(err, allocator.ErrExhausted) {
+			tried = append(tried, c.Pool)
+			m.opts.Metrics.exhausted(c.Pool)
+			continue
+		}
+		if err != nil {
+			return store.Address{}, api.Errorf(api.CodeInternal, "pool %q: %v", c.Pool, err)
+		}
+		return m.addressOf(p, a), nil
+	}
+	return store.Address{}, api.Errorf(api.CodeExhausted, "no free %s address: pool(s) %s exhausted", fam, strings.Join(quoteAll(tried), ", "))
+}
+
+func (m *Manager) addressOf(p *pool, a netip.Addr) store.Address {
+	bits := a.BitLen()
+	for _, pr := range p.prefix {
+		if pr.Contains(a) {
+			bits = pr.Bits()
+			break
+		}
+	}
+	return store.Address{Pool: p.alloc.Name(), Prefix: netip.PrefixFrom(a, bits), Gateway: p.gateway}
+}
+
+func (m *Manager) freeLocked(a store.Address) {
+	addr := a.Prefix.Addr()
+	if p, ok := m.pools[a.Pool]; ok {
+		if err := p.alloc.Release(addr); err != nil && !errors.Is(err, allocator.ErrNotAllocated) {
+			m.log.Warn("releasing address", "addr", addr, "pool", a.Pool, "err", err)
+		}
+	} else if p := m.poolContaining(addr); p != nil {
+		_ = p.alloc.Release(addr)
+	}
+}
+
+// Release implements api.Service.
+func (m *Manager) Release(ctx context.Context, req *api.ReleaseRequest) error {
+	begin := time.Now()
+	err := m.release(ctx, req.Owner)
+	m.opts.Metrics.observe("release", begin, err)
+	return err
+}
+
+func (m *Manager) release(ctx context.Context, o api.Owner) error {
+	if err := validateOwner(o); err != nil {
+		return err
+	}
+	owner := toOwner(o)
+	if err := m.acquire(ctx, owner); err != nil {
+		return err
+	}
+	h, ok := m.owners[owner]
+	if !ok {
+		m.done(owner)
+		m.mu.Unlock()
+		return nil
+	}
+	m.mu.Unlock()
+
+	derr := m.opts.Store.Delete(context.WithoutCancel(ctx), owner)
+
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	defer m.done(owner)
+	if derr != nil {
+		return api.Errorf(api.CodeUnavailable, "store: %v", derr)
+	}
+	delete(m.owners, owner)
+	for _, a := range h.rec.Addresses {
+		addr := a.Prefix.Addr()
+		if m.holders[addr] == owner {
+			delete(m.holders, addr)
+			m.freeLocked(a)
+		}
+		m.opts.Metrics.released(a.Pool)
+	}
+	m.updatePoolMetricsLocked()
+	m.log.Debug("released", "owner", owner.String(), "addresses", addrStrings(h.rec.Addresses))
+	return nil
+}
+
+// Check implements api.Service.
+func (m *Manager) Check(ctx context.Context, req *api.CheckRequest) (*api.Allocation, error) {
+	if err := validateOwner(req.Owner); err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	h, ok := m.owners[toOwner(req.Owner)]
+	if !ok {
+		return nil, api.Errorf(api.CodeNotFound, "%s holds no address", req.Owner)
+	}
+	return m.allocationOf(h.rec), nil
+}
+
+// GC implements api.Service: it releases every allocation of the network whose owner is
+// not valid. Allocations made after the GC request arrived are spared, since the runtime's
+// list of valid attachments cannot include them.
+func (m *Manager) GC(ctx context.Context, req *api.GCRequest) (*api.GCResponse, error) {
+	if req.Network == "" {
+		return nil, api.InvalidField("network", "must not be empty")
+	}
+	valid := make(map[store.Owner]bool, len(req.Valid))
+	for i, o := range req.Valid {
+		if o.ContainerID == "" || o.IfName == "" {
+			return nil, api.InvalidField(fmt.Sprintf("valid[%d]", i), "containerID and ifName are required")
+		}
+		valid[toOwner(o)] = true
+	}
+	began := m.opts.Now()
+	m.mu.Lock()
+	var stale []store.Owner
+	for o, h := range m.owners {
+		if h.rec.Network == req.Network && !valid[o] && !h.rec.Created.After(began) {
+			stale = append(stale, o)
+		}
+	}
+	m.mu.Unlock()
+	sort.Slice(stale, func(i, j int) bool { return ownerLess(stale[i], stale[j]) })
+
+	resp := &api.GCResponse{Released: []api.Owner{}}
+	// Release concurrently so that the deletes share commits.
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		errs  []error
+		limit = make(chan struct{}, 32)
+	)
+	for _, o := range stale {
+		wg.Add(1)
+		limit <- struct{}{}
+		go func(o store.Owner) {
+			defer wg.Done()
+			defer func() { <-limit }()
+			err := m.release(ctx, fromOwner(o))
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", o, err))
+				return
+			}
+			resp.Released = append(resp.Released, fromOwner(o))
+		}(o)
+	}
+	wg.Wait()
+	sort.Slice(resp.Released, func(i, j int) bool { return ownerLess(toOwner(resp.Released[i]), toOwner(resp.Released[j])) })
+	if len(resp.Released) > 0 {
+		m.log.Info("gc released stale allocations", "network", req.Network, "count", len(resp.Released))
+	}
+	if len(errs) > 0 {
+		return resp, api.Errorf(api.CodeUnavailable, "gc: %v", errors.Join(errs...))
+	}
+	return resp, nil
+}
+
+func ownerLess(a, b store.Owner) bool {
+	if a.ContainerID != b.ContainerID {
+		return a.ContainerID < b.ContainerID
+	}
+	return a.IfName < b.IfName
+}
+
+func (m *Manager) allocationOf(r store.Record) *api.Allocation {
+	out := &api.Allocation{
+		Owner:   fromOwner(r.Owner),
+		Network: r.Network,
+		Pod:     api.PodRef{Namespace: r.Pod.Namespace, Name: r.Pod.Name, UID: r.Pod.UID},
+		Created: r.Created,
+		IPs:     make([]api.IPConfig, 0, len(r.Addresses)),
+	}
+	for _, a := range r.Addresses {
+		ip := api.IPConfig{Address: a.Prefix.String(), Pool: a.Pool}
+		if a.Gateway.IsValid() {
+			ip.Gateway = a.Gateway.String()
+		}
+		out.IPs = append(out.IPs, ip)
+		if p, ok := m.pools[a.Pool]; ok {
+			out.Routes = append(out.Routes, p.spec.Routes...)
+		}
+	}
+	return out
+}
+
+func addrStrings(as []store.Address) []string {
+	out := make([]string, len(as))
+	for i, a := range as {
+		out[i] = a.Prefix.String()
+	}
+	return out
+}
+
+func quoteAll(s []string) []string {
+	out := make([]string, len(s))
+	for i, v := range s {
+		out[i] = fmt.Sprintf("%q", v)
+	}
+	return out
+}

@@ -1,0 +1,65 @@
+package ipam
+
+import (
+	"time"
+
+	"github.com/allot-ipam/allot/core/api"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the manager's Prometheus metrics.
+type Metrics struct {
+	requests   *prometheus.HistogramVec
+	allocs     *prometheus.CounterVec
+	releases   *prometheus.CounterVec
+	exhaustion *prometheus.CounterVec
+	usable     *prometheus.GaugeVec
+	used       *prometheus.GaugeVec
+}
+
+// NewMetrics creates the metrics and registers them with reg (nil: not registered).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		requests: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "allot_ipam_request_duration_seconds",
+			Help:    "Time to serve an IPAM request, by operation and result code.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
+		}, []string{"op", "code"}),
+		allocs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "allot_ipam_addresses_allocated_total", Help: "Addresses handed out, by pool.",
+		}, []string{"pool"}),
+		releases: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "allot_ipam_addresses_released_total", Help: "Addresses released, by pool.",
+		}, []string{"pool"}),
+		exhaustion: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "allot_ipam_pool_exhausted_total", Help: "Times a pool had no free address for a request.",
+		}, []string{"pool"}),
+		usable: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "allot_ipam_pool_addresses_usable", Help: "Addresses a pool can hand out (saturating at 2^64-1).",
+		}, []string{"pool"}),
+		used: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "allot_ipam_pool_addresses_used", Help: "Addresses of a pool in use.",
+		}, []string{"pool"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.requests, m.allocs, m.releases, m.exhaustion, m.usable, m.used)
+	}
+	return m
+}
+
+func (m *Metrics) observe(op string, begin time.Time, err error) {
+	code := "ok"
+	if err != nil {
+		code = string(api.CodeOf(err))
+	}
+	m.requests.WithLabelValues(op, code).Observe(time.Since(begin).Seconds())
+}
+
+func (m *Metrics) allocated(pool string) { m.allocs.WithLabelValues(pool).Inc() }
+func (m *Metrics) released(pool string)  { m.releases.WithLabelValues(pool).Inc() }
+func (m *Metrics) exhausted(pool string) { m.exhaustion.WithLabelValues(pool).Inc() }
+
+func (m *Metrics) pool(name string, usable, used uint64) {
+	m.usable.WithLabelValues(name).Set(float64(usable))
+	m.used.WithLabelValues(name).Set(float64(used))
+}
