@@ -75,6 +75,9 @@ type Policy struct {
 	Networks map[string]Chain `koanf:"networks"`
 	// Timeout bounds one policy decision.
 	Timeout time.Duration `koanf:"timeout"`
+	// Config holds the configuration of built-in policies, by policy name, e.g.
+	// {"cilium-annotations": {"key": "example.com/pool"}}.
+	Config map[string]map[string]any `koanf:"config"`
 }
 
 // Chain is an ordered list of policies with fall-through: a policy that has no opinion

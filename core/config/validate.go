@@ -152,8 +152,10 @@ func (c *Config) validatePools() []error {
 		// The allocator has the final say on the pool's address space (e.g. an exclusion
 		// covering every address); report its verdict under the pool's field.
 		if len(errs) == 0 && len(prefixes) > 0 {
-			if _, err := allocator.New(c.Pools[i].allocatorConfig(prefixes, gw)); err != nil {
+			if a, err := allocator.New(c.Pools[i].allocatorConfig(prefixes, gw)); err != nil {
 				add(f, "%v", err)
+			} else if a.Stats().Usable == 0 {
+				add(f, "pool %q has no address to hand out: exclusions, gateway, network and broadcast addresses cover it all", p.Name)
 			}
 		}
 	}

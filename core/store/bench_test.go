@@ -1,0 +1,115 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"runtime"
+	"sync/atomic"
+	"testing"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// benchGoroutines is the number of concurrent writers in the parallel
+// benchmarks: about what a node sees when a burst of pods starts.
+const benchGoroutines = 32
+
+func benchPut(b *testing.B, opts Options, parallel bool) {
+	ctx := context.Background()
+	s := openTest(b, filepath.Join(b.TempDir(), "allot.db"), opts)
+	var seq atomic.Int64
+	b.ReportAllocs()
+	b.ResetTimer()
+	if parallel {
+		// SetParallelism(p) runs p*GOMAXPROCS goroutines.
+		b.SetParallelism(max(1, (benchGoroutines+runtime.GOMAXPROCS(0)-1)/runtime.GOMAXPROCS(0)))
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				n := int(seq.Add(1))
+				if err := s.Put(ctx, testRecord(fmt.Sprintf("bench-%08d", n), "eth0", n)); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	} else {
+		for i := range b.N {
+			if err := s.Put(ctx, testRecord(fmt.Sprintf("bench-%08d", i), "eth0", i)); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.StopTimer()
+	st := s.Stats()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
+	b.ReportMetric(st.AvgBatchSize(), "ops/batch")
+	if st.Batches > 0 {
+		b.ReportMetric(float64(st.TotalCommit.Microseconds())/float64(st.Batches), "µs/commit")
+	}
+}
+
+// BenchmarkPutParallel: ~32 concurrent writers, real fsync. Group commit is
+// what makes this fast.
+func BenchmarkPutParallel(b *testing.B) { benchPut(b, Options{}, true) }
+
+// BenchmarkPutSerial: one writer, real fsync: one commit per Put, the
+// latency a lone CNI ADD sees.
+func BenchmarkPutSerial(b *testing.B) { benchPut(b, Options{}, false) }
+
+func BenchmarkPutParallelNoSync(b *testing.B) { benchPut(b, Options{NoSync: true}, true) }
+func BenchmarkPutSerialNoSync(b *testing.B)   { benchPut(b, Options{NoSync: true}, false) }
+
+// BenchmarkBoltTuning measures the bbolt settings chosen in defaultTuning
+// against bbolt's defaults (see doc.go for the figures).
+func BenchmarkBoltTuning(b *testing.B) {
+	for _, tc := range []struct {
+		name string
+		t    boltTuning
+	}{
+		{"array+freelistsync", boltTuning{freelist: bolt.FreelistArrayType}},
+		{"map+freelistsync", boltTuning{freelist: bolt.FreelistMapType}},
+		{"array+nofreelistsync", boltTuning{freelist: bolt.FreelistArrayType, noFreelistSync: true}},
+		{"map+nofreelistsync", boltTuning{freelist: bolt.FreelistMapType, noFreelistSync: true}},
+	} {
+		b.Run(tc.name+"/serial", func(b *testing.B) { benchPut(b, Options{tuning: &tc.t}, false) })
+		b.Run(tc.name+"/parallel", func(b *testing.B) { benchPut(b, Options{tuning: &tc.t}, true) })
+	}
+}
+
+// BenchmarkList measures the start-up rebuild: decode every record.
+func BenchmarkList(b *testing.B) {
+	ctx := context.Background()
+	for _, n := range []int{1_000, 10_000} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			s := openTest(b, filepath.Join(b.TempDir(), "allot.db"), Options{NoSync: true})
+			for i := range n {
+				if err := s.Put(ctx, testRecord(fmt.Sprintf("list-%08d", i), "eth0", i)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				if _, err := s.List(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkDecodeRecord is the per-record cost of List (start-up rebuild).
+func BenchmarkDecodeRecord(b *testing.B) {
+	key, value, err := encodeRecord(testRecord("0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef", "eth0", 1))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(len(value)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := decodeRecord(key, value); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

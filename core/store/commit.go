@@ -1,0 +1,228 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// op is one queued write. The committer sends exactly one value on result.
+type op struct {
+	key, value []byte
+	del        bool
+	result     chan error // buffered (1): the committer never blocks on a caller that left
+}
+
+// submit enqueues o and waits until the transaction that carries it has
+// committed (or failed), or ctx ends.
+func (s *Store) submit(ctx context.Context, o *op) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	o.result = make(chan error, 1)
+
+	// Hold mu shared while sending so Close cannot close the queue under us.
+	// The committer never takes mu, so a full queue drains and this cannot
+	// deadlock with Close.
+	s.mu.RLock()
+	if s.closed {
+		s.mu.RUnlock()
+		return ErrClosed
+	}
+	if err := s.failure(); err != nil {
+		s.mu.RUnlock()
+		return err
+	}
+	select {
+	case s.queue <- o:
+	case <-ctx.Done():
+		s.mu.RUnlock()
+		return ctx.Err() // never queued: certainly not written
+	}
+	s.mu.RUnlock()
+
+	select {
+	case err := <-o.result:
+		return err
+	case <-ctx.Done():
+		// Queued: it may still commit. FIFO order means any later op from
+		// this caller is applied after it, so the caller can repair.
+		return ctx.Err()
+	}
+}
+
+// commitLoop is the single writer. It blocks for the first op, then takes
+// whatever else is already queued (up to maxBatch) without waiting: ops that
+// arrive during a commit's fsync pile up in the queue and form the next
+// batch, so the batch size adapts to load with no added latency when idle.
+func (s *Store) commitLoop() {
+	defer close(s.done)
+	batch := make([]*op, 0, s.maxBatch)
+	for {
+		first, ok := <-s.queue
+		if !ok {
+			return
+		}
+		batch = append(batch[:0], first)
+		open := true
+	fill:
+		for len(batch) < s.maxBatch {
+			select {
+			case o, ok := <-s.queue:
+				if !ok {
+					open = false
+					break fill
+				}
+				batch = append(batch, o)
+			default:
+				break fill
+			}
+		}
+		s.commit(batch)
+		clear(batch) // drop references to values already answered
+		if !open {
+			return
+		}
+	}
+}
+
+// commit applies batch in order in one bbolt transaction and answers every op
+// with the same outcome: bbolt transactions are atomic, so either all ops of
+// the batch are on disk or none is (for errors before Commit); see below for
+// errors from Commit itself.
+func (s *Store) commit(batch []*op) {
+	if err := s.failure(); err != nil {
+		answer(batch, err)
+		return
+	}
+	start := time.Now()
+	tx, err := s.begin(batch)
+	if err != nil {
+		answer(batch, err)
+		return
+	}
+	if err := s.commitTx(tx); err != nil {
+		// A failed Commit (write or fsync error) may have left the batch
+		// on disk, or not, and Linux may have dropped the dirty pages
+		// after a failed fsync. Memory and disk can no longer be trusted
+		// to agree, so stop writing: the daemon restarts and rebuilds its
+		// memory from what is actually on disk.
+		ferr := fmt.Errorf("%w: commit of %d ops: %w", ErrFailed, len(batch), err)
+		s.setFailure(ferr)
+		s.stats.errors.Add(1)
+		s.log.Error("store commit failed; refusing further writes", "ops", len(batch), "err", err)
+		answer(batch, fmt.Errorf("outcome unknown: %w", ferr))
+		return
+	}
+	s.stats.record(len(batch), time.Since(start))
+	answer(batch, nil)
+}
+
+// begin opens a write transaction and applies the batch in arrival order. On
+// error the transaction is rolled back (nothing written) and the error is
+// wrapped for the callers.
+func (s *Store) begin(batch []*op) (*bolt.Tx, error) {
+	tx, err := s.db.Begin(true)
+	if err != nil {
+		s.stats.errors.Add(1)
+		return nil, fmt.Errorf("batch of %d ops not written: begin transaction: %w", len(batch), err)
+	}
+	fail := func(err error) (*bolt.Tx, error) {
+		_ = tx.Rollback()
+		s.stats.errors.Add(1)
+		s.log.Error("store batch failed before commit", "ops", len(batch), "err", err)
+		return nil, fmt.Errorf("batch of %d ops not written: %w", len(batch), err)
+	}
+	b := tx.Bucket(recordsBucket)
+	for _, o := range batch {
+		if o.del {
+			err = b.Delete(o.key)
+		} else {
+			err = b.Put(o.key, o.value)
+		}
+		if err != nil {
+			return fail(fmt.Errorf("key %q: %w", keyName(o.key), err))
+		}
+	}
+	if s.beforeCommit != nil {
+		if err := s.beforeCommit(tx); err != nil {
+			return fail(err)
+		}
+	}
+	return tx, nil
+}
+
+func answer(batch []*op, err error) {
+	for _, o := range batch {
+		o.result <- err
+	}
+}
+
+func (s *Store) failure() error {
+	s.failMu.Lock()
+	defer s.failMu.Unlock()
+	return s.failed
+}
+
+func (s *Store) setFailure(err error) {
+	s.failMu.Lock()
+	defer s.failMu.Unlock()
+	if s.failed == nil {
+		s.failed = err
+	}
+}
+
+// Stats is a snapshot of the committer's counters, for metrics.
+type Stats struct {
+	Batches       uint64        // committed transactions
+	Ops           uint64        // operations in committed transactions
+	Errors        uint64        // failed transactions
+	LastBatchSize int           // operations in the latest committed transaction
+	MaxBatchSize  int           // largest committed transaction so far
+	LastCommit    time.Duration // latest commit: write + fsync
+	TotalCommit   time.Duration // sum over all commits (TotalCommit/Batches is the mean)
+	Queued        int           // operations waiting for a transaction now
+}
+
+// AvgBatchSize returns Ops/Batches, or 0 before the first commit.
+func (st Stats) AvgBatchSize() float64 {
+	if st.Batches == 0 {
+		return 0
+	}
+	return float64(st.Ops) / float64(st.Batches)
+}
+
+type statsCounters struct {
+	batches, ops, errors atomic.Uint64
+	lastBatch, maxBatch  atomic.Int64
+	lastCommit, total    atomic.Int64 // nanoseconds
+}
+
+func (c *statsCounters) record(n int, d time.Duration) {
+	c.batches.Add(1)
+	c.ops.Add(uint64(n))
+	c.lastBatch.Store(int64(n))
+	if int64(n) > c.maxBatch.Load() { // only the committer writes
+		c.maxBatch.Store(int64(n))
+	}
+	c.lastCommit.Store(int64(d))
+	c.total.Add(int64(d))
+}
+
+// Stats returns the current counters. Safe to call at any time, also after
+// Close.
+func (s *Store) Stats() Stats {
+	return Stats{
+		Batches:       s.stats.batches.Load(),
+		Ops:           s.stats.ops.Load(),
+		Errors:        s.stats.errors.Load(),
+		LastBatchSize: int(s.stats.lastBatch.Load()),
+		MaxBatchSize:  int(s.stats.maxBatch.Load()),
+		LastCommit:    time.Duration(s.stats.lastCommit.Load()),
+		TotalCommit:   time.Duration(s.stats.total.Load()),
+		Queued:        len(s.queue),
+	}
+}
