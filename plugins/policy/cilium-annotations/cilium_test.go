@@ -1,0 +1,172 @@
+package ciliumannotations
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/allot-ipam/allot/sdk/policy"
+)
+
+func pools() []policy.PoolView {
+	return []policy.PoolView{
+		{Name: "default", Family: policy.IPv4, Free: 1},
+		{Name: "default", Family: policy.IPv6, Free: 1},
+		{Name: "green-pool", Family: policy.IPv4, Free: 1},
+		{Name: "green-pool", Family: policy.IPv6, Free: 1},
+		{Name: "v6-only", Family: policy.IPv6, Free: 1},
+	}
+}
+
+func names(cs []policy.Candidate) []string {
+	var out []string
+	for _, c := range cs {
+		out = append(out, c.Pool)
+	}
+	return out
+}
+
+// Seed 000, "Architecture": rules 1-3 in order.
+func TestCiliumRules(t *testing.T) {
+	const key = DefaultAnnotation
+	tests := []struct {
+		name   string
+		podAnn map[string]string
+		nsAnn  map[string]string
+		pools  []policy.PoolView
+		code   policy.Code
+		v4, v6 []string
+		source string
+		reason string
+	}{
+		{"rule 1: pod annotation", map[string]string{key: "green-pool"}, map[string]string{key: "v6-only"}, pools(), policy.Decided,
+			[]string{"green-pool"}, []string{"green-pool"}, "pod annotation " + key, ""},
+		{"rule 2: namespace annotation when the pod has none", nil, map[string]string{key: "v6-only"}, pools(), policy.Decided,
+			nil, []string{"v6-only"}, "namespace annotation " + key, ""},
+		{"rule 3: pool named default", nil, nil, pools(), policy.Decided,
+			[]string{"default"}, []string{"default"}, SourceDefaultPool, ""},
+		{"other annotations are ignored", map[string]string{"ipam.cilium.io/ipv4-pool": "green-pool"}, nil, pools(), policy.Decided,
+			[]string{"default"}, []string{"default"}, SourceDefaultPool, ""},
+		{"pod annotation names a missing pool", map[string]string{key: "nope"}, nil, pools(), policy.NoFit,
+			nil, nil, "pod annotation " + key, `pod annotation ipam.cilium.io/ip-pool names pool "nope", which does not exist`},
+		{"namespace annotation names a missing pool", nil, map[string]string{key: "nope"}, pools(), policy.NoFit,
+			nil, nil, "namespace annotation " + key, `namespace annotation ipam.cilium.io/ip-pool names pool "nope", which does not exist`},
+		{"empty annotation is a mistake, not an absence", map[string]string{key: ""}, nil, pools(), policy.NoFit,
+			nil, nil, "pod annotation " + key, "pod annotation ipam.cilium.io/ip-pool is empty"},
+		{"no default pool", nil, nil, []policy.PoolView{{Name: "x", Family: policy.IPv4}}, policy.NoFit, nil, nil, SourceDefaultPool,
+			`no ipam.cilium.io/ip-pool annotation on pod team/web-0 or namespace "team", and no pool named "default"`},
+	}
+	p, err := New(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req := &policy.PodRequest{
+				Pod:       policy.Pod{Namespace: "team", Name: "web-0", Annotations: tt.podAnn},
+				Namespace: policy.Namespace{Name: "team", Annotations: tt.nsAnn},
+				Pools:     tt.pools,
+			}
+			d, err := p.SelectPodPools(context.Background(), req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Code != tt.code || d.Source != tt.source || d.Reason != tt.reason {
+				t.Fatalf("got %v %q %q, want %v %q %q", d.Code, d.Source, d.Reason, tt.code, tt.source, tt.reason)
+			}
+			if !slices.Equal(names(d.IPv4), tt.v4) || !slices.Equal(names(d.IPv6), tt.v6) {
+				t.Fatalf("got v4 %v v6 %v, want %v %v", names(d.IPv4), names(d.IPv6), tt.v4, tt.v6)
+			}
+		})
+	}
+}
+
+func TestCustomKeyAndConfig(t *testing.T) {
+	p, err := FromConfig(map[string]any{"annotation": "example.com/pool"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := &policy.PodRequest{Pod: policy.Pod{Annotations: map[string]string{"example.com/pool": "green-pool", DefaultAnnotation: "v6-only"}}, Pools: pools()}
+	d, _ := p.SelectPodPools(context.Background(), req)
+	if d.Code != policy.Decided || d.Source != "pod annotation example.com/pool" || names(d.IPv4)[0] != "green-pool" {
+		t.Fatalf("got %+v", d)
+	}
+	for _, tt := range []struct {
+		cfg  map[string]any
+		want string
+	}{
+		{map[string]any{"annotation": 1}, `config field "annotation": must be a string, got int`},
+		{map[string]any{"annotation": "bad key!"}, `config field "annotation": "bad key!" is not a valid annotation key`},
+		{map[string]any{"key": "x"}, `config field "key": unknown field`},
+	} {
+		if _, err := FromConfig(tt.cfg); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("FromConfig(%v) = %v, want %q", tt.cfg, err, tt.want)
+		}
+	}
+	if d, err := p.SelectNodeCIDRConfig(context.Background(), &policy.NodeRequest{}); err != nil || d.Code != policy.Skip {
+		t.Fatalf("node = %v %v", d, err)
+	}
+}
+
+// The annotation value is arbitrary user input: whatever it is, the answer is a valid pool
+// of the right family or a NoFit with a reason.
+func FuzzSelectPodPools(f *testing.F) {
+	f.Add("green-pool", "default")
+	f.Add("", "x")
+	f.Add("\x00", "v6-only")
+	p, _ := New(Config{})
+	f.Fuzz(func(t *testing.T, podVal, nsVal string) {
+		req := &policy.PodRequest{
+			Pod:       policy.Pod{Annotations: map[string]string{DefaultAnnotation: podVal}},
+			Namespace: policy.Namespace{Annotations: map[string]string{DefaultAnnotation: nsVal}},
+			Pools:     pools(),
+		}
+		d, err := p.SelectPodPools(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch d.Code {
+		case policy.Decided:
+			for _, c := range d.IPv4 {
+				if c.Pool != podVal || policy.LookupPool(req.Pools, c.Pool, policy.IPv4) == nil {
+					t.Fatalf("bad v4 candidate %q", c.Pool)
+				}
+			}
+			for _, c := range d.IPv6 {
+				if c.Pool != podVal || policy.LookupPool(req.Pools, c.Pool, policy.IPv6) == nil {
+					t.Fatalf("bad v6 candidate %q", c.Pool)
+				}
+			}
+		case policy.NoFit:
+			if d.Reason == "" {
+				t.Fatal("NoFit without reason")
+			}
+		default:
+			t.Fatalf("unexpected code %v", d.Code)
+		}
+	})
+}
+
+func BenchmarkDecision(b *testing.B) {
+	var ps []policy.PoolView
+	for i := range 20 {
+		fam := policy.IPv4
+		if i%2 == 1 {
+			fam = policy.IPv6
+		}
+		ps = append(ps, policy.PoolView{Name: fmt.Sprintf("pool-%02d", i/2), Family: fam, Free: 10})
+	}
+	req := &policy.PodRequest{
+		Pod:       policy.Pod{Namespace: "team", Name: "web-0", Annotations: map[string]string{"app": "web"}},
+		Namespace: policy.Namespace{Name: "team", Annotations: map[string]string{DefaultAnnotation: "pool-07"}},
+		Pools:     ps,
+	}
+	p, _ := New(Config{})
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		_, _ = p.SelectPodPools(ctx, req)
+	}
+}
