@@ -11,7 +11,8 @@ import (
 
 // Config is allotd's whole configuration.
 type Config struct {
-	// Mode is "standalone" (agent and pools in one process, state in a local store).
+	// Mode is "standalone" (agent and pools in one process, state in a local store),
+	// "agent" (one per node in a cluster) or "operator" (hands blocks to nodes; one leader).
 	Mode string `koanf:"mode"`
 	// Socket is the unix socket of the local API (allot-cni, allotctl).
 	Socket string      `koanf:"socket"`
@@ -22,6 +23,8 @@ type Config struct {
 	Policy Policy      `koanf:"policy"`
 	// Plugins are third-party plugins (process or WASM) that policy chains can name.
 	Plugins []Plugin `koanf:"plugins"`
+	// Cluster configures the agent and operator modes (cluster.go).
+	Cluster Cluster `koanf:"cluster"`
 
 	// Warnings are problems that do not stop the daemon (e.g. an unknown ALLOT_ variable);
 	// allotd logs them at start.

@@ -87,7 +87,7 @@ func TestValidationNamesTheField(t *testing.T) {
 		{"relative socket", minimal + "socket: run/x.sock", "socket: \"run/x.sock\" must be an absolute path"},
 		{"log level", minimal + "log: {level: loud}", "log.level"},
 		{"unknown key", minimal + "sockett: /x", "sockett"},
-		{"mode", minimal + "mode: cluster", "mode: \"cluster\" is not supported"},
+		{"mode", minimal + "mode: cluster", "mode: \"cluster\" is not supported (supported: standalone, agent, operator)"},
 		{"empty chain", minimal + "policy: {default: {chain: []}}", "policy.default.chain: must name at least one policy"},
 		{"plugin transport", minimal + "plugins: [{name: p, kind: pool-policy, transport: carrier-pigeon, path: /x}]", "plugins[0].transport"},
 		{"wasm datapath", minimal + "plugins: [{name: p, kind: datapath, transport: wasm, path: /x}]", "wasm is only for pool-policy"},

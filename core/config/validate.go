@@ -24,8 +24,8 @@ func (c *Config) Validate() error {
 	add := func(field, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
 	}
-	if c.Mode != "standalone" {
-		add("mode", "%q is not supported (supported: standalone)", c.Mode)
+	if !slices.Contains(Modes, c.Mode) {
+		add("mode", "%q is not supported (supported: %s)", c.Mode, strings.Join(Modes, ", "))
 	}
 	if c.Socket == "" {
 		add("socket", "must not be empty")
@@ -48,7 +48,10 @@ func (c *Config) Validate() error {
 	if c.Log.Format != "text" && c.Log.Format != "json" {
 		add("log.format", "%q is not text or json", c.Log.Format)
 	}
-	errs = append(errs, c.validatePools()...)
+	if c.Mode == "standalone" {
+		errs = append(errs, c.validatePools()...)
+	}
+	errs = append(errs, c.validateCluster()...)
 	errs = append(errs, c.validatePolicy()...)
 	return errors.Join(errs...)
 }
@@ -213,6 +216,9 @@ func comparePrefix(a, b netip.Prefix) int {
 	}
 	return a.Bits() - b.Bits()
 }
+
+// Modes are the roles allotd can run in.
+var Modes = []string{"standalone", "agent", "operator"}
 
 var pluginKinds = []string{"pool-policy", "cloud-backend", "datapath"}
 
