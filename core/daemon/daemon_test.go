@@ -11,11 +11,11 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/allot-ipam/allot/core/api"
 	"github.com/allot-ipam/allot/core/api/client"
 	"github.com/allot-ipam/allot/core/config"
+	"github.com/allot-ipam/allot/internal/benchutil"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -140,8 +140,7 @@ func BenchmarkAPIAllocate(b *testing.B) {
 			d, c, _ := start(b, cfg)
 			var n atomic.Int64
 			b.SetParallelism(32 / max(1, runtimeProcs()))
-			b.ResetTimer()
-			begin := time.Now()
+			meter := benchutil.Start(b)
 			b.RunParallel(func(pb *testing.PB) {
 				ctx := context.Background()
 				for pb.Next() {
@@ -153,9 +152,7 @@ func BenchmarkAPIAllocate(b *testing.B) {
 					}
 				}
 			})
-			el := time.Since(begin)
-			b.StopTimer()
-			b.ReportMetric(float64(b.N)/el.Seconds(), "allocs/s")
+			meter.Stop("allocs/s")
 			st := d.store.Stats()
 			b.ReportMetric(st.AvgBatchSize(), "ops/commit")
 		})

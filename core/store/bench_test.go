@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -111,5 +112,17 @@ func BenchmarkDecodeRecord(b *testing.B) {
 		if _, err := decodeRecord(key, value); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// BenchmarkGroupDelay compares the committer with and without waiting for the writers it
+// expects back (commitLoop), under the closed-loop load of 32 writers.
+func BenchmarkGroupDelay(b *testing.B) {
+	for _, tc := range []struct {
+		name  string
+		delay time.Duration
+	}{{"wait", 0}, {"nowait", -1}} {
+		b.Run(tc.name+"/sync", func(b *testing.B) { benchPut(b, Options{MaxGroupDelay: tc.delay}, true) })
+		b.Run(tc.name+"/nosync", func(b *testing.B) { benchPut(b, Options{MaxGroupDelay: tc.delay, NoSync: true}, true) })
 	}
 }

@@ -55,38 +55,86 @@ func (s *Store) submit(ctx context.Context, o *op) error {
 }
 
 // commitLoop is the single writer. It blocks for the first op, then takes
-// whatever else is already queued (up to maxBatch) without waiting: ops that
-// arrive during a commit's fsync pile up in the queue and form the next
-// batch, so the batch size adapts to load with no added latency when idle.
+// whatever else is already queued (up to maxBatch): ops that arrive during a
+// commit's fsync pile up in the queue and form the next batch, so the batch
+// size adapts to load with no added latency when idle.
+//
+// Under a closed-loop load (N callers, each waiting for its answer before its
+// next write, as CNI runtimes and allot-cni are) that alone settles into two
+// alternating half-size batches: the callers answered by one commit come back
+// while the next is already running. So after a commit the loop expects the
+// callers it just answered to return, and waits for them (see gather) before
+// committing: one commit then carries all N writes instead of N/2, which
+// nearly doubles throughput when fsync dominates. A lone caller never waits:
+// its expected batch is itself.
 func (s *Store) commitLoop() {
 	defer close(s.done)
 	batch := make([]*op, 0, s.maxBatch)
+	var timer *time.Timer
+	expect := 0 // writes expected in the next batch
 	for {
 		first, ok := <-s.queue
 		if !ok {
 			return
 		}
 		batch = append(batch[:0], first)
-		open := true
-	fill:
-		for len(batch) < s.maxBatch {
-			select {
-			case o, ok := <-s.queue:
-				if !ok {
-					open = false
-					break fill
-				}
-				batch = append(batch, o)
-			default:
-				break fill
+		open := s.drain(&batch)
+		if open && len(batch) < expect {
+			if timer == nil {
+				timer = time.NewTimer(time.Hour)
+				timer.Stop()
 			}
+			open = s.gather(&batch, min(expect, s.maxBatch), timer)
 		}
 		s.commit(batch)
+		// Those just answered, plus those that queued up meanwhile.
+		expect = len(batch) + len(s.queue)
 		clear(batch) // drop references to values already answered
 		if !open {
 			return
 		}
 	}
+}
+
+// drain appends every op already queued, without waiting. It reports false if
+// the queue was closed.
+func (s *Store) drain(batch *[]*op) bool {
+	for len(*batch) < s.maxBatch {
+		select {
+		case o, ok := <-s.queue:
+			if !ok {
+				return false
+			}
+			*batch = append(*batch, o)
+		default:
+			return true
+		}
+	}
+	return true
+}
+
+// gather waits for more ops until the batch reaches target or the group
+// delay passes. The delay is bounded by half the last commit's duration (and
+// by Options.MaxGroupDelay), so waiting can never cost more than it can save.
+func (s *Store) gather(batch *[]*op, target int, timer *time.Timer) bool {
+	d := min(time.Duration(s.stats.lastCommit.Load())/2, s.maxGroupDelay)
+	if d <= 0 {
+		return true
+	}
+	timer.Reset(d)
+	defer timer.Stop()
+	for len(*batch) < target {
+		select {
+		case o, ok := <-s.queue:
+			if !ok {
+				return false
+			}
+			*batch = append(*batch, o)
+		case <-timer.C:
+			return true
+		}
+	}
+	return true
 }
 
 // commit applies batch in order in one bbolt transaction and answers every op

@@ -65,6 +65,15 @@
 // store amortises one commit over as many requests as arrived during the
 // previous one: the batch size follows the load by itself.
 //
+// One refinement: callers that wait for their answer before writing again
+// (allot-cni, CNI runtimes) form a closed loop, and with N of them the batches
+// settle at N/2: those answered by one commit come back while the next one is
+// already running. So the committer expects the callers it just answered to
+// return and waits for them before committing, for at most half the last
+// commit's duration (Options.MaxGroupDelay caps it). A lone caller never
+// waits, since it is the whole expected batch. BenchmarkGroupDelay measures
+// it: with 32 writers the batch grows from 16 to 31 and throughput with it.
+//
 // bbolt's own DB.Batch is not used: it waits up to MaxBatchDelay (10 ms by
 // default) for a batch to fill, which adds that delay to every request on an
 // idle node (a lone CNI ADD, the common case) and still commits on a timer

@@ -49,8 +49,11 @@ var (
 
 // Defaults for Options.
 const (
-	DefaultMaxBatch    = 1024
-	DefaultLockTimeout = 2 * time.Second
+	DefaultMaxBatch = 1024
+	// DefaultMaxGroupDelay caps the wait for expected writers; in practice
+	// the wait is bounded by half the last commit's duration, well below it.
+	DefaultMaxGroupDelay = time.Millisecond
+	DefaultLockTimeout   = 2 * time.Second
 )
 
 // Owner identifies an allocation: one interface of one container. It is the
@@ -110,6 +113,10 @@ type Options struct {
 	// MaxBatch caps the number of operations in one transaction; 0 means
 	// DefaultMaxBatch.
 	MaxBatch int
+	// MaxGroupDelay bounds how long the committer waits for writers it
+	// expects back before committing (see commitLoop); 0 means
+	// DefaultMaxGroupDelay, negative disables waiting.
+	MaxGroupDelay time.Duration
 	// LockTimeout is how long Open waits for another process to release the
 	// file; 0 means DefaultLockTimeout.
 	LockTimeout time.Duration
@@ -135,6 +142,8 @@ type Store struct {
 	db       *bolt.DB
 	log      *slog.Logger
 	maxBatch int
+	// maxGroupDelay caps gather's wait; <= 0 disables it.
+	maxGroupDelay time.Duration
 
 	// mu guards closed and the send side of queue: writers hold it shared
 	// while enqueuing so Close (exclusive) never closes the channel under a
@@ -227,6 +236,12 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		db:       db,
 		log:      logger,
 		maxBatch: opts.MaxBatch,
+		maxGroupDelay: func() time.Duration {
+			if opts.MaxGroupDelay == 0 {
+				return DefaultMaxGroupDelay
+			}
+			return opts.MaxGroupDelay
+		}(),
 		// The queue holds a few batches' worth so bursts do not block
 		// callers on the channel; past that, senders wait (backpressure).
 		queue:    make(chan *op, 4*opts.MaxBatch),
