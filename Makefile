@@ -8,7 +8,7 @@ SHELL := /bin/bash
 GO ?= go
 BIN := $(CURDIR)/bin
 export ALLOT_CACHE ?= $(HOME)/.cache/allot
-STATICCHECK_VERSION ?= 2025.1.1
+STATICCHECK_VERSION ?= v0.8.2
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/allot-ipam/allot/core/daemon.Version=$(VERSION)
 GOTEST_FLAGS ?= -count=1
