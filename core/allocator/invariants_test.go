@@ -72,6 +72,12 @@ func (p *Pool) checkInvariants() error {
 	if usable != p.usable && p.usable != ^uint64(0) {
 		return fmt.Errorf("pool usable %d, spans sum %d", p.usable, usable)
 	}
+	if len(p.spans) == 0 {
+		if p.curSpan != 0 || p.curOff != 0 || p.used != 0 || p.usable != 0 {
+			return fmt.Errorf("empty pool: cursor (%d, %d), used %d, usable %d", p.curSpan, p.curOff, p.used, p.usable)
+		}
+		return nil
+	}
 	if p.curSpan < 0 || p.curSpan >= len(p.spans) || p.curOff > p.spans[p.curSpan].last {
 		return fmt.Errorf("cursor (%d, %d) out of range", p.curSpan, p.curOff)
 	}

@@ -21,6 +21,10 @@ type Config struct {
 	// Gateway, if set, is never handed out. It must be inside a CIDR and may
 	// not be an IPv4 network or broadcast address.
 	Gateway netip.Addr
+	// Family (4 or 6) lets a pool start with no CIDR at all: CIDRs are then
+	// added and removed at run time (AddCIDR, RemoveCIDR), as a node's blocks
+	// arrive and leave. With CIDRs given it is optional and must match them.
+	Family int
 }
 
 // Stats is a snapshot of a pool's counters.
@@ -95,10 +99,24 @@ func New(cfg Config) (*Pool, error) {
 	errf := func(format string, args ...any) error {
 		return fmt.Errorf("allocator: pool %q: "+format, append([]any{cfg.Name}, args...)...)
 	}
+	switch cfg.Family {
+	case 0, 4, 6:
+	default:
+		return nil, errf("Family: %d is not 4 or 6", cfg.Family)
+	}
 	if len(cfg.CIDRs) == 0 {
-		return nil, errf("CIDRs: at least one CIDR is required")
+		if cfg.Family == 0 {
+			return nil, errf("CIDRs: at least one CIDR is required (or set Family for a pool whose CIDRs come at run time)")
+		}
+		if len(cfg.Exclude) > 0 || cfg.Gateway.IsValid() {
+			return nil, errf("Exclude/Gateway: a pool without CIDRs can have neither")
+		}
+		return &Pool{name: cfg.Name, is4: cfg.Family == 4}, nil
 	}
 	is4 := cfg.CIDRs[0].Addr().Is4()
+	if cfg.Family != 0 && is4 != (cfg.Family == 4) {
+		return nil, errf("Family: %d does not match CIDRs[0] %s", cfg.Family, cfg.CIDRs[0])
+	}
 	for i, c := range cfg.CIDRs {
 		switch {
 		case !c.IsValid():
@@ -123,22 +141,7 @@ func New(cfg Config) (*Pool, error) {
 	excl := make([][]interval, len(prefixes))
 	p.spans = make([]span, len(prefixes))
 	for i, pf := range prefixes {
-		hostBits := pf.Addr().BitLen() - pf.Bits()
-		s := &p.spans[i]
-		s.prefix = pf
-		s.base = fromAddr(pf.Addr())
-		s.last = hostMask(min(hostBits, 64)).lo
-		s.lastChunk = s.last >> chunkShift
-		if is4 && hostBits >= 2 {
-			s.ends = true
-			excl[i] = append(excl[i], interval{0, 0}, interval{s.last, s.last})
-		}
-		// Routers on the link answer the subnet-router anycast address, so a pod holding it
-		// would be unreachable; /127 and /128 (RFC 6164 point-to-point) have no such address.
-		if !is4 && hostBits >= 2 {
-			s.anycast = true
-			excl[i] = append(excl[i], interval{0, 0})
-		}
+		excl[i] = initSpan(&p.spans[i], pf, is4)
 	}
 
 	for i, r := range cfg.Exclude {
@@ -198,20 +201,56 @@ func New(cfg Config) (*Pool, error) {
 	}
 
 	for i := range p.spans {
+		p.spans[i].finish(excl[i])
+	}
+	p.recount()
+	return p, nil
+}
+
+// initSpan sets up s for prefix pf and returns its built-in exclusions
+// (network/broadcast, subnet-router anycast).
+func initSpan(s *span, pf netip.Prefix, is4 bool) []interval {
+	var excl []interval
+	hostBits := pf.Addr().BitLen() - pf.Bits()
+	s.prefix = pf
+	s.base = fromAddr(pf.Addr())
+	s.last = hostMask(min(hostBits, 64)).lo
+	s.lastChunk = s.last >> chunkShift
+	if is4 && hostBits >= 2 {
+		s.ends = true
+		excl = append(excl, interval{0, 0}, interval{s.last, s.last})
+	}
+	// Routers on the link answer the subnet-router anycast address, so a pod holding it
+	// would be unreachable; /127 and /128 (RFC 6164 point-to-point) have no such address.
+	if !is4 && hostBits >= 2 {
+		s.anycast = true
+		excl = append(excl, interval{0, 0})
+	}
+	return excl
+}
+
+// finish merges the span's exclusions and counts its usable addresses.
+func (s *span) finish(excl []interval) {
+	s.excl = mergeIntervals(excl)
+	n := u128{0, s.last}.add64(1)
+	for _, iv := range s.excl {
+		n = n.sub(u128{0, iv.hi - iv.lo}.add64(1))
+	}
+	s.usable = sat64(n)
+}
+
+// recount sets the pool's usable and used counters from its spans (saturating).
+func (p *Pool) recount() {
+	p.usable, p.used = 0, 0
+	for i := range p.spans {
 		s := &p.spans[i]
-		s.excl = mergeIntervals(excl[i])
-		n := u128{0, s.last}.add64(1)
-		for _, iv := range s.excl {
-			n = n.sub(u128{0, iv.hi - iv.lo}.add64(1))
-		}
-		s.usable = sat64(n)
 		if p.usable+s.usable < p.usable {
 			p.usable = ^uint64(0)
 		} else {
 			p.usable += s.usable
 		}
+		p.used += s.used
 	}
-	return p, nil
 }
 
 // spanOf returns the index of the span whose whole prefix contains u, or -1.

@@ -28,7 +28,7 @@ func (r Range) Contains(a netip.Addr) bool {
 func (r Range) validate() error {
 	switch {
 	case !r.From.IsValid() || !r.To.IsValid():
-		return fmt.Errorf("From and To must both be set (got %q-%q)", r.From, r.To)
+		return fmt.Errorf("range: from and to must both be set (got %q-%q)", r.From, r.To)
 	case r.From.Zone() != "" || r.To.Zone() != "":
 		return fmt.Errorf("%s: zoned addresses are not allowed", r)
 	case r.From.Is4() != r.To.Is4():

@@ -61,7 +61,7 @@ func ParseIPPoolAnnotation(s string) (Selection, error) {
 	if err := decodeStrict(s, &v); err != nil {
 		return Selection{}, err
 	}
-	sel := Selection{Interface: v.Interface, IPv4: v.IPv4, IPv6: v.IPv6, CleanGateway: v.CleanGateway}
+	sel := Selection(v)
 	return sel, validateSelection("", sel, "pool")
 }
 
@@ -78,7 +78,7 @@ func ParseIPPoolsAnnotation(s string) ([]Selection, error) {
 	}
 	out := make([]Selection, len(v))
 	for i, e := range v {
-		out[i] = Selection{Interface: e.Interface, IPv4: e.IPv4, IPv6: e.IPv6, CleanGateway: e.CleanGateway}
+		out[i] = Selection(e)
 	}
 	return out, validateSelections(out, "pool")
 }

@@ -1,0 +1,151 @@
+package allocator
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+)
+
+// CIDRStats is one CIDR's counters.
+type CIDRStats struct {
+	Prefix netip.Prefix
+	// Usable saturates at math.MaxUint64, like Stats.Usable.
+	Usable uint64
+	Used   uint64
+}
+
+// CIDRs returns the pool's CIDRs in address order.
+func (p *Pool) CIDRs() []netip.Prefix {
+	out := make([]netip.Prefix, len(p.spans))
+	for i := range p.spans {
+		out[i] = p.spans[i].prefix
+	}
+	return out
+}
+
+// CIDRStats returns the counters of every CIDR, in address order.
+func (p *Pool) CIDRStats() []CIDRStats {
+	out := make([]CIDRStats, len(p.spans))
+	for i := range p.spans {
+		s := &p.spans[i]
+		out[i] = CIDRStats{Prefix: s.prefix, Usable: s.usable, Used: s.used}
+	}
+	return out
+}
+
+// AddCIDR adds a CIDR to the pool at run time (a block handed to the node). It is
+// validated like a CIDR given to New: masked, of the pool's family, not overlapping a CIDR
+// of the pool. The pool's configured exclusions and gateway apply to it where they fall
+// inside it. Adding a CIDR the pool already has is an error wrapping ErrInUse, so a caller
+// cannot mistake a duplicate for a new block.
+func (p *Pool) AddCIDR(c netip.Prefix) error {
+	errf := func(format string, args ...any) error {
+		return fmt.Errorf("allocator: pool %q: "+format, append([]any{p.name}, args...)...)
+	}
+	switch {
+	case !c.IsValid():
+		return errf("add CIDR: invalid prefix %q", c)
+	case c != c.Masked():
+		return errf("add CIDR %s: host bits set (did you mean %s?)", c, c.Masked())
+	case c.Addr().Is4In6():
+		return errf("add CIDR %s: IPv4-mapped IPv6 prefixes are not supported; use the IPv4 form", c)
+	case c.Addr().Is4() != p.is4:
+		return errf("add CIDR %s: not of the pool's family (IPv%d)", c, p.Family())
+	}
+	for i := range p.spans {
+		if o := p.spans[i].prefix; o.Overlaps(c) {
+			if o == c {
+				return errf("add CIDR %s: already in the pool: %w", c, ErrInUse)
+			}
+			return errf("add CIDR %s: overlaps %s of the pool", c, o)
+		}
+	}
+	var ns span
+	excl := initSpan(&ns, c, p.is4)
+	first, last := fromAddr(c.Addr()), lastOf(c)
+	clip := func(from, to u128) {
+		if to.cmp(first) < 0 || from.cmp(last) > 0 {
+			return
+		}
+		if from.cmp(first) < 0 {
+			from = first
+		}
+		if to.cmp(last) > 0 {
+			to = last
+		}
+		lo, hi := from.sub(first), to.sub(first)
+		if lo.hi != 0 || lo.lo > ns.last { // beyond the first 2^64: nothing to exclude
+			return
+		}
+		h := ns.last
+		if hi.hi == 0 && hi.lo < h {
+			h = hi.lo
+		}
+		excl = append(excl, interval{lo.lo, h})
+	}
+	for _, r := range p.excludes {
+		if r.From.Is4() == p.is4 {
+			clip(fromAddr(r.From), fromAddr(r.To))
+		}
+	}
+	if g := p.gateway; g.IsValid() && c.Contains(g) {
+		u := fromAddr(g)
+		if d := u.sub(first); d.hi == 0 && d.lo <= ns.last && !(ns.ends && (d.lo == 0 || d.lo == ns.last)) {
+			excl = append(excl, interval{d.lo, d.lo})
+		}
+	}
+	ns.finish(excl)
+
+	i, _ := slices.BinarySearchFunc(p.spans, first, func(s span, u u128) int { return s.base.cmp(u) })
+	p.spans = slices.Insert(p.spans, i, ns)
+	// Span indices at or after i moved up by one.
+	if len(p.spans) > 1 && p.curSpan >= i {
+		p.curSpan++
+	}
+	if p.idle != nil && p.idleSpan >= i {
+		p.idleSpan++
+	}
+	if p.curSpan >= len(p.spans) {
+		p.curSpan, p.curOff = 0, 0
+	}
+	p.recount()
+	return nil
+}
+
+// RemoveCIDR removes a CIDR from the pool (a block the node gives back). It is refused,
+// with an error wrapping ErrInUse, while any address of the CIDR is allocated: nothing can
+// be handed out from the CIDR once it returns nil, and nothing held in it is forgotten.
+// Removing a CIDR the pool does not have wraps ErrOutOfRange.
+func (p *Pool) RemoveCIDR(c netip.Prefix) error {
+	i := slices.IndexFunc(p.spans, func(s span) bool { return s.prefix == c })
+	if i < 0 {
+		return fmt.Errorf("allocator: pool %q: remove CIDR %s: not a CIDR of the pool: %w", p.name, c, ErrOutOfRange)
+	}
+	s := &p.spans[i]
+	if s.used > 0 {
+		return fmt.Errorf("allocator: pool %q: remove CIDR %s: %d address(es) of it still allocated: %w", p.name, c, s.used, ErrInUse)
+	}
+	// Recycle its (empty) chunks; the idle chunk may be one of them.
+	if p.idle != nil && p.idleSpan == i {
+		p.idle = nil
+	}
+	for _, ch := range s.chunks {
+		if len(p.spare) < maxSpare {
+			p.spare = append(p.spare, ch)
+		}
+	}
+	p.spans = slices.Delete(p.spans, i, i+1)
+	if p.idle != nil && p.idleSpan > i {
+		p.idleSpan--
+	}
+	switch {
+	case len(p.spans) == 0:
+		p.curSpan, p.curOff = 0, 0
+	case p.curSpan == i:
+		p.curSpan, p.curOff = i%len(p.spans), 0
+	case p.curSpan > i:
+		p.curSpan--
+	}
+	p.recount()
+	return nil
+}
