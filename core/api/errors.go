@@ -3,7 +3,6 @@ package api
 import (
 	"errors"
 	"fmt"
-	"net/http"
 )
 
 // ErrorCode classifies an API error so that allot-cni can map it to a CNI error code and
@@ -60,21 +59,4 @@ func CodeOf(err error) ErrorCode {
 		return e.Code
 	}
 	return CodeInternal
-}
-
-// HTTPStatus maps a code to the HTTP status the server answers with.
-func (c ErrorCode) HTTPStatus() int {
-	switch c {
-	case CodeInvalid:
-		return http.StatusBadRequest
-	case CodeNotFound:
-		return http.StatusNotFound
-	case CodeConflict:
-		return http.StatusConflict
-	case CodeExhausted, CodeNoPool:
-		return http.StatusUnprocessableEntity
-	case CodeUnavailable:
-		return http.StatusServiceUnavailable
-	}
-	return http.StatusInternalServerError
 }

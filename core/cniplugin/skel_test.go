@@ -1,0 +1,135 @@
+package cniplugin
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
+)
+
+// TestMain lets the test binary act as allot-cni (skel and all) when re-exec'd with
+// ALLOT_CNI_TEST_AS_PLUGIN=1, so the parts skel owns (environment, version checks, error
+// printing) are tested without building the real binary.
+func TestMain(m *testing.M) {
+	if os.Getenv("ALLOT_CNI_TEST_AS_PLUGIN") == "1" {
+		p := &Plugin{}
+		skel.PluginMainFuncs(p.Funcs(), VersionInfo, About("test"))
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// execPlugin runs the test binary as the plugin with CNI environment env and stdin.
+func execPlugin(t *testing.T, env map[string]string, stdin []byte) (stdout []byte, exitErr error) {
+	t.Helper()
+	c := exec.Command(os.Args[0])
+	c.Env = []string{"ALLOT_CNI_TEST_AS_PLUGIN=1"}
+	for k, v := range env {
+		c.Env = append(c.Env, k+"="+v)
+	}
+	c.Stdin = bytes.NewReader(stdin)
+	var out, stderr bytes.Buffer
+	c.Stdout, c.Stderr = &out, &stderr
+	err := c.Run()
+	if stderr.Len() > 0 && err == nil {
+		t.Logf("stderr: %s", stderr.Bytes())
+	}
+	return out.Bytes(), err
+}
+
+func cniEnv(command string) map[string]string {
+	return map[string]string{
+		"CNI_COMMAND": command, "CNI_CONTAINERID": "c1", "CNI_NETNS": "/var/run/netns/nonexistent",
+		"CNI_IFNAME": "eth0", "CNI_PATH": "/opt/cni/bin",
+		"CNI_ARGS": "IgnoreUnknown=1;K8S_POD_NAMESPACE=ns;K8S_POD_NAME=p;K8S_POD_UID=u",
+	}
+}
+
+func TestSkelMain(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short: re-execs the test binary")
+	}
+	r := newRig(t)
+	good := r.netconf("")
+	tests := []struct {
+		name  string
+		env   map[string]string
+		stdin []byte
+		code  uint   // 0: success
+		msg   string // in stdout
+	}{
+		{name: "add", env: cniEnv("ADD"), stdin: good, msg: `"address": "192.0.2.2/29"`},
+		{name: "del", env: cniEnv("DEL"), stdin: good},
+		{name: "status", env: cniEnv("STATUS"), stdin: good},
+		{name: "gc", env: cniEnv("GC"), stdin: r.netconf("", `"cni.dev/valid-attachments":[]`)},
+		{name: "version", env: map[string]string{"CNI_COMMAND": "VERSION"}, msg: `"supportedVersions":["0.1.0","0.2.0","0.3.0","0.3.1","0.4.0","1.0.0","1.1.0"]`},
+		{name: "unknown cniVersion", env: cniEnv("ADD"), stdin: bytes.Replace(good, []byte(`"1.1.0"`), []byte(`"7.0.0"`), 1), code: types.ErrIncompatibleCNIVersion, msg: "incompatible CNI versions"},
+		{name: "GC needs 1.1.0", env: cniEnv("GC"), stdin: bytes.Replace(good, []byte(`"1.1.0"`), []byte(`"1.0.0"`), 1), code: types.ErrIncompatibleCNIVersion, msg: "config version does not allow GC"},
+		{name: "malformed stdin", env: cniEnv("ADD"), stdin: []byte(`{"cniVersion":`), code: types.ErrDecodingFailure, msg: "error unmarshall network config"},
+		{name: "missing name", env: cniEnv("ADD"), stdin: []byte(`{"cniVersion":"1.1.0","ipam":{}}`), code: types.ErrInvalidNetworkConfig, msg: "missing network name"},
+		{name: "missing ipam", env: cniEnv("ADD"), stdin: conf(""), code: types.ErrInvalidNetworkConfig, msg: "ipam: missing"},
+		{name: "missing env", env: map[string]string{"CNI_COMMAND": "ADD", "CNI_PATH": "/x"}, stdin: good, code: types.ErrInvalidEnvironmentVariables, msg: "required env variables [CNI_CONTAINERID,CNI_NETNS,CNI_IFNAME] missing"},
+		{name: "bad CNI_ARGS", env: func() map[string]string { e := cniEnv("ADD"); e["CNI_ARGS"] = "K8S_POD_NAME=p;X=1"; return e }(), stdin: good, code: types.ErrInvalidEnvironmentVariables, msg: `CNI_ARGS: unknown key \"X\"`},
+		{name: "daemon down", env: cniEnv("ADD"), stdin: conf(`{"socket":"/nonexistent/a.sock"}`), code: types.ErrTryAgainLater, msg: "allotd is not reachable at /nonexistent/a.sock"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, err := execPlugin(t, tt.env, tt.stdin)
+			if tt.code == 0 {
+				if err != nil {
+					t.Fatalf("exit %v, stdout %s", err, out)
+				}
+			} else {
+				if err == nil {
+					t.Fatalf("succeeded, want code %d; stdout %s", tt.code, out)
+				}
+				var e types.Error
+				if jerr := json.Unmarshal(out, &e); jerr != nil {
+					t.Fatalf("stdout is not a CNI error: %s", out)
+				}
+				if e.Code != tt.code {
+					t.Fatalf("code %d, want %d: %s", e.Code, tt.code, out)
+				}
+			}
+			if !strings.Contains(string(out), tt.msg) {
+				t.Fatalf("stdout %s does not contain %s", out, tt.msg)
+			}
+		})
+	}
+	if n := len(r.svc.allocs); n != 0 {
+		t.Fatalf("%d allocations left", n)
+	}
+	if fmt.Sprint(r.svc.lastAlloc.Pod) != "{ns p u}" {
+		t.Fatalf("pod %+v", r.svc.lastAlloc.Pod)
+	}
+}
+
+// TestStartupDeps guards allot-cni's start-up cost: net/http (and crypto/tls behind it) adds
+// about 2 ms to every exec, so nothing in allot-cni may import it.
+func TestStartupDeps(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short: runs go list")
+	}
+	out, err := exec.Command("go", "list", "-deps", "-f", `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}`,
+		"github.com/allot-ipam/allot/cmd/allot-cni").Output()
+	if err != nil {
+		t.Skipf("go list: %v", err)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		fields := strings.Fields(line)
+		if len(fields) == 0 || strings.HasPrefix(fields[0], "net/http") || strings.HasPrefix(fields[0], "vendor/") {
+			continue
+		}
+		for _, imp := range fields[1:] {
+			if imp == "net/http" {
+				t.Errorf("%s imports net/http into allot-cni", fields[0])
+			}
+		}
+	}
+}

@@ -1,0 +1,465 @@
+// Command cnibench measures the real CNI path side by side: N ADDs then N DELs with W
+// parallel workers, each an exec of the IPAM plugin binary with the CNI environment and
+// stdin a runtime would give it, for allot-cni (against a freshly started allotd on a temp
+// store, fsync on) and for host-local, the reference CNI IPAM. Both hand out one IPv4 and
+// one IPv6 address per ADD. It prints a table and the ratios host-local/allot.
+//
+//	go run ./test/cnibench -n 1000 -workers 8          (make bench-cni)
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/allot-ipam/allot/core/api/client"
+)
+
+type options struct {
+	n, workers int
+	allotCNI   string
+	allotd     string
+	hostLocal  string
+	dir        string
+	only       string
+	startup    int
+}
+
+func main() {
+	var o options
+	home, _ := os.UserHomeDir()
+	cache := os.Getenv("ALLOT_CACHE")
+	if cache == "" {
+		cache = filepath.Join(home, ".cache", "allot")
+	}
+	flag.IntVar(&o.n, "n", 1000, "ADDs (then as many DELs) per plugin")
+	flag.IntVar(&o.workers, "workers", 8, "parallel workers, each exec'ing the plugin")
+	flag.StringVar(&o.allotCNI, "allot-cni", "", "allot-cni binary (default: go build ./cmd/allot-cni)")
+	flag.StringVar(&o.allotd, "allotd", "", "allotd binary (default: go build ./cmd/allotd)")
+	flag.StringVar(&o.hostLocal, "host-local", filepath.Join(cache, "cni-v1.9.1", "host-local"), "host-local binary (hack/install-cni-tools.sh)")
+	flag.StringVar(&o.dir, "dir", "", "where stores and data dirs go (default: a new temp dir; must be a real disk for fsync to count)")
+	flag.StringVar(&o.only, "only", "", "run only \"allot\" or \"host-local\"")
+	flag.IntVar(&o.startup, "startup", 200, "also time this many VERSION execs per plugin (start-up cost alone); 0 skips")
+	flag.Parse()
+	if err := run(o); err != nil {
+		fmt.Fprintln(os.Stderr, "cnibench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(o options) error {
+	if o.n <= 0 || o.workers <= 0 {
+		return errors.New("-n and -workers must be positive")
+	}
+	dir := o.dir
+	if dir == "" {
+		d, err := os.MkdirTemp("", "allot-cnibench-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(d)
+		dir = d
+	} else if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if fs := fsType(dir); fs == "tmpfs" || fs == "ramfs" {
+		fmt.Fprintf(os.Stderr, "cnibench: warning: %s is on %s, fsync costs nothing there; use -dir on a disk\n", dir, fs)
+	}
+
+	var results []*phaseResult
+	var startups []*phaseResult
+	if o.only != "host-local" {
+		if err := buildIfEmpty(&o.allotCNI, dir, "./cmd/allot-cni"); err != nil {
+			return err
+		}
+		if err := buildIfEmpty(&o.allotd, dir, "./cmd/allotd"); err != nil {
+			return err
+		}
+		d, err := startDaemon(o.allotd, filepath.Join(dir, "allotd"))
+		if err != nil {
+			return err
+		}
+		cpu0 := d.cpu()
+		r, err := benchPlugin(o, "allot-cni", o.allotCNI, d.netconf())
+		if err == nil {
+			r.daemonCPU = d.cpu() - cpu0
+			err = d.expectAllocations(0)
+		}
+		d.stop()
+		if err != nil {
+			return err
+		}
+		results = append(results, r)
+	}
+	if o.only != "allot" {
+		if _, err := os.Stat(o.hostLocal); err != nil {
+			return fmt.Errorf("host-local: %w (run hack/install-cni-tools.sh or pass -host-local)", err)
+		}
+		dataDir := filepath.Join(dir, "host-local")
+		conf := fmt.Sprintf(`{"cniVersion":"1.1.0","name":"bench","ipam":{"type":"host-local","dataDir":%q,`+
+			`"ranges":[[{"subnet":"10.129.0.0/16"}],[{"subnet":"fd00:129::/64"}]]}}`, dataDir)
+		r, err := benchPlugin(o, "host-local v1.9.1", o.hostLocal, []byte(conf))
+		if err != nil {
+			return err
+		}
+		results = append(results, r)
+	}
+	if o.startup > 0 {
+		so := o
+		so.n = o.startup
+		for _, bin := range []struct{ name, path string }{{"allot-cni", o.allotCNI}, {"host-local v1.9.1", o.hostLocal}} {
+			if bin.path == "" || (o.only == "allot" && bin.name != "allot-cni") || (o.only == "host-local" && bin.name == "allot-cni") {
+				continue
+			}
+			r, err := runPhase(so, bin.path, "VERSION", nil)
+			if err != nil {
+				return fmt.Errorf("%s VERSION: %w", bin.name, err)
+			}
+			r.plugin = bin.name
+			startups = append(startups, r)
+		}
+	}
+	printTable(o, dir, results, startups)
+	return nil
+}
+
+// phaseResult is one plugin's run: the ADD phase and the DEL phase.
+type phaseResult struct {
+	plugin   string
+	total    time.Duration
+	lat      []time.Duration // sorted
+	cpu      time.Duration   // user+system time of all the plugin processes
+	delTotal time.Duration
+	delLat   []time.Duration
+	delCPU   time.Duration
+	// daemonCPU is allotd's user+system time over both phases (allot-cni only).
+	daemonCPU time.Duration
+}
+
+func benchPlugin(o options, name, bin string, conf []byte) (*phaseResult, error) {
+	fmt.Fprintf(os.Stderr, "cnibench: %s: %d ADDs with %d workers...\n", name, o.n, o.workers)
+	add, err := runPhase(o, bin, "ADD", conf)
+	if err != nil {
+		return nil, fmt.Errorf("%s ADD: %w", name, err)
+	}
+	fmt.Fprintf(os.Stderr, "cnibench: %s: %d DELs...\n", name, o.n)
+	del, err := runPhase(o, bin, "DEL", conf)
+	if err != nil {
+		return nil, fmt.Errorf("%s DEL: %w", name, err)
+	}
+	return &phaseResult{plugin: name, total: add.total, lat: add.lat, cpu: add.cpu, delTotal: del.total, delLat: del.lat, delCPU: del.cpu}, nil
+}
+
+// runPhase execs the plugin n times with the command, spread over the workers, and fails on
+// the first error.
+func runPhase(o options, bin, command string, conf []byte) (*phaseResult, error) {
+	var next atomic.Int64
+	lat := make([]time.Duration, o.n)
+	var cpu atomic.Int64
+	var firstErr error
+	var errOnce sync.Once
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range o.workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= o.n {
+					return
+				}
+				d, c, err := execPlugin(bin, command, i, conf)
+				cpu.Add(int64(c))
+				if err != nil {
+					errOnce.Do(func() { firstErr = fmt.Errorf("call %d: %w", i, err) })
+					next.Store(int64(o.n))
+					return
+				}
+				lat[i] = d
+			}
+		}()
+	}
+	wg.Wait()
+	total := time.Since(start)
+	if firstErr != nil {
+		return nil, firstErr
+	}
+	slices.Sort(lat)
+	return &phaseResult{total: total, lat: lat, cpu: time.Duration(cpu.Load())}, nil
+}
+
+// execPlugin runs one CNI call the way a runtime does (ipam only: no netns is needed, so
+// CNI_NETNS names one that does not exist).
+func execPlugin(bin, command string, i int, conf []byte) (wall, cpu time.Duration, err error) {
+	cmd := exec.Command(bin)
+	cmd.Env = []string{
+		"CNI_COMMAND=" + command,
+		fmt.Sprintf("CNI_CONTAINERID=bench-%06d", i),
+		"CNI_NETNS=/var/run/netns/cnibench-none",
+		"CNI_IFNAME=eth0",
+		"CNI_PATH=" + filepath.Dir(bin),
+		fmt.Sprintf("CNI_ARGS=IgnoreUnknown=1;K8S_POD_NAMESPACE=bench;K8S_POD_NAME=pod-%d;K8S_POD_UID=uid-%d", i, i),
+	}
+	cmd.Stdin = bytes.NewReader(conf)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	start := time.Now()
+	err = cmd.Run()
+	wall = time.Since(start)
+	if cmd.ProcessState != nil {
+		cpu = cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+	}
+	if err != nil {
+		return 0, cpu, fmt.Errorf("%v: %s", err, strings.TrimSpace(out.String()))
+	}
+	if command == "ADD" && !bytes.Contains(out.Bytes(), []byte(`"ips"`)) {
+		return 0, cpu, fmt.Errorf("ADD printed no addresses: %s", out.Bytes())
+	}
+	return wall, cpu, nil
+}
+
+func printTable(o options, dir string, results, startups []*phaseResult) {
+	fmt.Printf("\nCNI path: %d ADDs then %d DELs, %d workers, one exec of the plugin per call, dual stack (IPv4 + IPv6 per ADD)\n", o.n, o.n, o.workers)
+	fmt.Printf("stores and data dirs in %s (%s); allotd with fsync; CNI_ARGS as Kubernetes runtimes pass them\n\n", dir, fsType(dir))
+	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(w, "plugin\tADD total\tDEL total\ttotal\tADD/s\tADD p50\tADD p99\tDEL p50\tDEL p99\tplugin CPU/call\tallotd CPU/call\t")
+	for _, r := range results {
+		daemonCPU := "-"
+		if r.daemonCPU > 0 {
+			daemonCPU = round(r.daemonCPU / time.Duration(2*o.n))
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t\n", r.plugin, round(r.total), round(r.delTotal), round(r.total+r.delTotal),
+			float64(o.n)/r.total.Seconds(), round(pct(r.lat, 50)), round(pct(r.lat, 99)), round(pct(r.delLat, 50)), round(pct(r.delLat, 99)),
+			round((r.cpu+r.delCPU)/time.Duration(2*o.n)), daemonCPU)
+	}
+	w.Flush()
+	if len(startups) > 0 {
+		fmt.Printf("\nstart-up alone: %d VERSION execs per plugin, %d workers\n", startups[0].n(), o.workers)
+		w = tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(w, "plugin\tp50\tp99\t")
+		for _, r := range startups {
+			fmt.Fprintf(w, "%s\t%s\t%s\t\n", r.plugin, round(pct(r.lat, 50)), round(pct(r.lat, 99)))
+		}
+		w.Flush()
+	}
+	if len(results) == 2 {
+		a, h := results[0], results[1]
+		totalRatio := (h.total + h.delTotal).Seconds() / (a.total + a.delTotal).Seconds()
+		addRatio := h.total.Seconds() / a.total.Seconds()
+		p50Ratio := pct(h.lat, 50).Seconds() / pct(a.lat, 50).Seconds()
+		fmt.Printf("\nratio host-local/allot: total %.1fx, ADD phase %.1fx, DEL phase %.1fx, ADD p50 %.1fx, ADD p99 %.1fx\n",
+			totalRatio, addRatio, h.delTotal.Seconds()/a.delTotal.Seconds(), p50Ratio, pct(h.lat, 99).Seconds()/pct(a.lat, 99).Seconds())
+		fmt.Printf("targets: total >= 5x shorter: %s; ADD p50 no worse: %s\n", verdict(totalRatio >= 5), verdict(p50Ratio >= 1))
+	}
+}
+
+func (r *phaseResult) n() int { return len(r.lat) }
+
+func verdict(ok bool) string {
+	if ok {
+		return "met"
+	}
+	return "MISSED"
+}
+
+func pct(sorted []time.Duration, p int) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := (len(sorted)*p + 99) / 100
+	if i > 0 {
+		i--
+	}
+	return sorted[min(i, len(sorted)-1)]
+}
+
+func round(d time.Duration) string {
+	switch {
+	case d >= 10*time.Second:
+		return d.Round(100 * time.Millisecond).String()
+	case d >= time.Second:
+		return d.Round(10 * time.Millisecond).String()
+	case d >= time.Millisecond:
+		return fmt.Sprintf("%.1fms", float64(d)/float64(time.Millisecond))
+	}
+	return d.Round(time.Microsecond).String()
+}
+
+func fsType(dir string) string {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		return "unknown"
+	}
+	switch st.Type {
+	case 0x01021994:
+		return "tmpfs"
+	case 0x858458f6:
+		return "ramfs"
+	case 0xef53:
+		return "ext4"
+	case 0x58465342:
+		return "xfs"
+	case 0x9123683e:
+		return "btrfs"
+	case 0x794c7630:
+		return "overlayfs"
+	}
+	return fmt.Sprintf("fs 0x%x", st.Type)
+}
+
+// buildIfEmpty builds pkg of this module into dir when *path is empty.
+func buildIfEmpty(path *string, dir, pkg string) error {
+	if *path != "" {
+		return nil
+	}
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	mod := strings.TrimSpace(string(out))
+	if err != nil || mod == "" || mod == os.DevNull {
+		return fmt.Errorf("run inside the allot module or pass the binary paths: go env GOMOD: %v", err)
+	}
+	*path = filepath.Join(dir, "bin", filepath.Base(pkg))
+	fmt.Fprintf(os.Stderr, "cnibench: go build %s\n", pkg)
+	cmd := exec.Command("go", "build", "-o", *path, pkg)
+	cmd.Dir = filepath.Dir(mod)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build %s: %v\n%s", pkg, err, b)
+	}
+	return nil
+}
+
+// daemon is the allotd the allot-cni run talks to.
+type daemon struct {
+	dir    string
+	socket string
+	cmd    *exec.Cmd
+	done   chan error
+	client *client.Client
+	log    *os.File
+}
+
+func startDaemon(bin, dir string) (*daemon, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	d := &daemon{dir: dir, socket: filepath.Join(dir, "allotd.sock")}
+	cfg := fmt.Sprintf(`socket: %s
+store: {path: %s}
+http: {address: "127.0.0.1:0"}
+log: {level: warn, format: text}
+pools:
+  - {name: bench-v4, cidrs: ["10.128.0.0/16"], gateway: 10.128.0.1, routes: [{dst: 0.0.0.0/0}], default: true}
+  - {name: bench-v6, cidrs: ["fd00:128::/64"], gateway: "fd00:128::1", routes: [{dst: "::/0"}], default: true}
+`, d.socket, filepath.Join(dir, "allot.db"))
+	cfgPath := filepath.Join(dir, "allotd.yaml")
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
+		return nil, err
+	}
+	log, err := os.Create(filepath.Join(dir, "allotd.log"))
+	if err != nil {
+		return nil, err
+	}
+	d.log = log
+	d.cmd = exec.Command(bin, "--config", cfgPath)
+	d.cmd.Stdout, d.cmd.Stderr = log, log
+	if err := d.cmd.Start(); err != nil {
+		return nil, err
+	}
+	d.done = make(chan error, 1)
+	go func() { d.done <- d.cmd.Wait() }()
+	// Do not leave allotd behind on ^C.
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-sig
+		d.stop()
+		os.Exit(130)
+	}()
+	d.client = client.New(d.socket)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		select {
+		case err := <-d.done:
+			b, _ := os.ReadFile(log.Name())
+			return nil, fmt.Errorf("allotd exited: %v\n%s", err, b)
+		default:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err := d.client.Status(ctx)
+		cancel()
+		if err == nil {
+			return d, nil
+		}
+		if time.Now().After(deadline) {
+			d.stop()
+			return nil, fmt.Errorf("allotd not ready after 30s: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// cpu is allotd's user+system time so far, from /proc (0 if unreadable).
+func (d *daemon) cpu() time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", d.cmd.Process.Pid))
+	if err != nil {
+		return 0
+	}
+	// Fields after the parenthesised command name: state is the first, utime the 12th and
+	// stime the 13th, in clock ticks (USER_HZ, 100 on Linux).
+	_, rest, ok := strings.Cut(string(b), ") ")
+	f := strings.Fields(rest)
+	if !ok || len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * 10 * time.Millisecond
+}
+
+func (d *daemon) netconf() []byte {
+	return []byte(fmt.Sprintf(`{"cniVersion":"1.1.0","name":"bench","ipam":{"type":"allot-cni","socket":%q}}`, d.socket))
+}
+
+// expectAllocations checks that the daemon holds n owners (a sanity check that the DELs
+// really freed).
+func (d *daemon) expectAllocations(n int) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	a, err := d.client.Allocations(ctx)
+	if err != nil {
+		return err
+	}
+	if len(a) != n {
+		return fmt.Errorf("allotd holds %d allocations after the run, want %d", len(a), n)
+	}
+	return nil
+}
+
+func (d *daemon) stop() {
+	if d.cmd == nil || d.cmd.Process == nil {
+		return
+	}
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-d.done:
+	case <-time.After(10 * time.Second):
+		_ = d.cmd.Process.Kill()
+		<-d.done
+	}
+	d.client.Close()
+	d.log.Close()
+}
