@@ -2,7 +2,7 @@
 #
 #   make run      start allotd on the embedded default (conf/allotd.yaml); needs root
 #   make test     everything CI runs: lint, unit, integration, end to end (installs its tools)
-#   make bench    benchmark tables (allocator, daemon API, CNI path vs host-local)
+#   make bench    benchmark tables (allocator, store, daemon API, CNI path vs host-local)
 #
 SHELL := /bin/bash
 GO ?= go
@@ -13,7 +13,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/allot-ipam/allot/core/daemon.Version=$(VERSION) -X main.version=$(VERSION)
 GOTEST_FLAGS ?= -count=1
 
-.PHONY: all build run test test-short test-unit test-sdk lint deps tools plugins bench bench-go clean help
+.PHONY: all build run test test-short test-unit test-sdk lint deps plugins bench bench-go clean help
 
 all: build
 
@@ -30,11 +30,7 @@ run: build
 deps:
 	@bash hack/install-deps.sh $(DATAPATH_APT_PACKAGES)
 
-# tools: cnitool and the CNI reference plugins, cached outside the repo by version.
-tools:
-	@bash hack/install-cni-tools.sh >/dev/null
-
-test: deps tools lint test-unit test-sdk plugins
+test: deps cni-tools lint test-unit test-sdk plugins
 
 test-short:
 	$(GO) test -short ./...
