@@ -1,0 +1,325 @@
+package guest
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/allot-ipam/allot/sdk/policy"
+	pb "github.com/allot-ipam/allot/sdk/proto/pluginv1"
+	"github.com/allot-ipam/allot/sdk/wire"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+)
+
+// The hand-written codec must agree with the generated messages and sdk/wire on every
+// field: these tests encode with one and decode with the other.
+
+func richPodRequest() *policy.PodRequest {
+	sel := &policy.LabelSelector{
+		MatchLabels: map[string]string{"zone": "a", "rack": "r1"},
+		MatchExpressions: []policy.Requirement{
+			{Key: "tier", Operator: policy.OpIn, Values: []string{"web", "api"}},
+			{Key: "gpu", Operator: policy.OpDoesNotExist},
+		},
+	}
+	return &policy.PodRequest{
+		Pod: policy.Pod{
+			Namespace: "prod", Name: "web-0", UID: "uid-1",
+			Labels:      map[string]string{"app": "web", "allot.io/pool": "blue"},
+			Annotations: map[string]string{"ipam.cilium.io/ip-pool": "green"},
+			OwnerKind:   "StatefulSet", OwnerName: "web",
+		},
+		Namespace: policy.Namespace{Name: "prod", Labels: map[string]string{"team": "a"}, Annotations: map[string]string{"x": "y"}},
+		Node:      policy.Node{Name: "node-1", Labels: map[string]string{"zone": "a"}},
+		CNI: policy.CNIRequest{
+			IfName: "net1", Network: "allot", MultusName: "prod/macvlan",
+			Pools: []string{"a", "b"}, DefaultIPv4Pools: []string{"v4"}, DefaultIPv6Pools: []string{"v6a", "v6b"},
+		},
+		Pools: []policy.PoolView{
+			{
+				Name: "blue", Family: policy.IPv4,
+				CIDRs:  []netip.Prefix{netip.MustParsePrefix("10.0.0.0/16"), netip.MustParsePrefix("10.1.0.0/24")},
+				Subnet: "subnet-a", Total: 65536 + 256, Free: 1 << 40,
+				Default: true, Disabled: true, Terminating: true,
+				Excluded: []string{"10.0.0.1", "10.0.0.2-10.0.0.9"}, Reserved: []string{"10.0.0.10"},
+				AllExcluded: true, AllReserved: true,
+				NodeName: []string{"node-1"}, NodeAffinity: sel,
+				NamespaceName: []string{"prod", "dev"}, NamespaceAffinity: &policy.LabelSelector{},
+				PodAffinity: sel, MultusName: []string{"prod/macvlan"},
+			},
+			{Name: "blue", Family: policy.IPv6, CIDRs: []netip.Prefix{netip.MustParsePrefix("fd00::/64")}},
+			{Name: "empty", Family: policy.IPv6},
+		},
+	}
+}
+
+func TestDecodePodRequestMatchesWire(t *testing.T) {
+	for _, req := range []*policy.PodRequest{richPodRequest(), {}} {
+		b, err := proto.Marshal(wire.PodRequestToProto(req))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m pb.PodRequest
+		if err := proto.Unmarshal(b, &m); err != nil {
+			t.Fatal(err)
+		}
+		want, err := wire.PodRequestFromProto(&m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := decodePodRequest(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("decode mismatch\n got %+v\nwant %+v", got, want)
+		}
+	}
+}
+
+func TestDecodeNodeRequestMatchesWire(t *testing.T) {
+	req := &policy.NodeRequest{
+		Node: policy.Node{Name: "n1", Labels: map[string]string{"zone": "a"}},
+		Configs: []policy.CIDRConfigView{
+			{
+				Name:         "dual",
+				NodeSelector: policy.LabelSelector{MatchLabels: map[string]string{"zone": "a"}, MatchExpressions: []policy.Requirement{{Key: "k", Operator: policy.OpExists}}},
+				IPv4:         &policy.CIDRSpec{CIDR: netip.MustParsePrefix("10.0.0.0/8"), PerNodeMaskSize: 24},
+				IPv6:         &policy.CIDRSpec{CIDR: netip.MustParsePrefix("fd00::/48"), PerNodeMaskSize: 112},
+				FreeBlocks:   1000,
+			},
+			{Name: "v4only", IPv4: &policy.CIDRSpec{CIDR: netip.MustParsePrefix("192.168.0.0/16"), PerNodeMaskSize: 16}},
+		},
+	}
+	b, err := proto.Marshal(wire.NodeRequestToProto(req))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m pb.NodeRequest
+	if err := proto.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	want, err := wire.NodeRequestFromProto(&m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := decodeNodeRequest(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("decode mismatch\n got %+v\nwant %+v", got, want)
+	}
+}
+
+func TestEncodeDecisionsMatchWire(t *testing.T) {
+	pods := []policy.PodDecision{
+		{Code: policy.Decided, Reason: "r", Source: "pod label", IPv4: policy.Candidates("a", "b"), IPv6: policy.Candidates("c")},
+		{Code: policy.Skip},
+		{Code: policy.NoFit, Reason: "nothing fits"},
+	}
+	for _, d := range pods {
+		var m pb.PodDecision
+		if err := proto.Unmarshal(appendPodDecision(nil, d), &m); err != nil {
+			t.Fatal(err)
+		}
+		if !proto.Equal(&m, wire.PodDecisionToProto(d)) {
+			t.Errorf("pod decision %+v encodes as %v, want %v", d, &m, wire.PodDecisionToProto(d))
+		}
+		got, err := wire.PodDecisionFromProto(&m)
+		if err != nil || !reflect.DeepEqual(got, d) {
+			t.Errorf("round trip %+v: %+v, %v", d, got, err)
+		}
+	}
+	nodes := []policy.NodeDecision{
+		{Code: policy.Decided, Configs: []string{"a", "b"}},
+		{Code: policy.NoFit, Reason: "no config matches"},
+	}
+	for _, d := range nodes {
+		var m pb.NodeDecision
+		if err := proto.Unmarshal(appendNodeDecision(nil, d), &m); err != nil {
+			t.Fatal(err)
+		}
+		if !proto.Equal(&m, wire.NodeDecisionToProto(d)) {
+			t.Errorf("node decision %+v encodes as %v", d, &m)
+		}
+	}
+	// Invalid decisions are encoded as the host will reject them, naming the field.
+	var m pb.PodDecision
+	_ = proto.Unmarshal(appendPodDecision(nil, policy.PodDecision{Code: 42, IPv4: policy.Candidates("")}), &m)
+	if _, err := wire.PodDecisionFromProto(&m); err == nil || !strings.Contains(err.Error(), "code") {
+		t.Errorf("bad code: %v", err)
+	}
+	m.Code = pb.DecisionCode_DECISION_CODE_DECIDED
+	if _, err := wire.PodDecisionFromProto(&m); err == nil || !strings.Contains(err.Error(), "ipv4[0].pool") {
+		t.Errorf("empty candidate: %v", err)
+	}
+
+	var info pb.PluginInfo
+	if err := proto.Unmarshal(appendPluginInfo(nil, "n", "1.2.3", "1.0.0"), &info); err != nil {
+		t.Fatal(err)
+	}
+	if info.Name != "n" || info.Version != "1.2.3" || info.Kind != pb.Kind_KIND_POOL_POLICY || info.ContractVersion != "1.0.0" {
+		t.Errorf("plugin info %v", &info)
+	}
+}
+
+// TestDecodeErrorsNameTheField: the same invalid input fails in both decoders with the
+// same field path.
+func TestDecodeErrorsNameTheField(t *testing.T) {
+	tests := []struct {
+		name  string
+		mut   func(*pb.PodRequest)
+		field string
+	}{
+		{"family unspecified", func(m *pb.PodRequest) { m.Pools[1].Family = 0 }, "pools[1].family"},
+		{"unknown family", func(m *pb.PodRequest) { m.Pools[0].Family = 9 }, "pools[0].family"},
+		{"bad cidr", func(m *pb.PodRequest) { m.Pools[0].Cidrs[1] = "10.0.0.0/33" }, "pools[0].cidrs[1]"},
+		{"bad operator", func(m *pb.PodRequest) { m.Pools[0].PodAffinity.MatchExpressions[1].Operator = "Near" }, "pools[0].pod_affinity.match_expressions[1].operator"},
+		{"empty key", func(m *pb.PodRequest) { m.Pools[0].NodeAffinity.MatchExpressions[0].Key = "" }, "pools[0].node_affinity.match_expressions[0].key"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := wire.PodRequestToProto(richPodRequest())
+			m.Pools[0].PodAffinity = proto.Clone(m.Pools[0].PodAffinity).(*pb.LabelSelector) // unshare
+			tt.mut(m)
+			b, err := proto.Marshal(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, werr := wire.PodRequestFromProto(m)
+			_, gerr := decodePodRequest(b)
+			if werr == nil || gerr == nil {
+				t.Fatalf("wire: %v, guest: %v; want both to fail", werr, gerr)
+			}
+			if !strings.Contains(werr.Error(), ": "+tt.field+": ") || !strings.Contains(gerr.Error(), ": "+tt.field+": ") {
+				t.Errorf("want field %s in both:\n wire:  %v\n guest: %v", tt.field, werr, gerr)
+			}
+		})
+	}
+	// Truncated and mistyped input.
+	b, _ := proto.Marshal(wire.PodRequestToProto(richPodRequest()))
+	if _, err := decodePodRequest(b[:len(b)-3]); err == nil {
+		t.Error("truncated request decoded")
+	}
+	bad := protowire.AppendTag(nil, podReqPod, protowire.VarintType)
+	bad = protowire.AppendVarint(bad, 1)
+	if _, err := decodePodRequest(bad); err == nil || !strings.Contains(err.Error(), "pod: wrong wire type") {
+		t.Errorf("mistyped field: %v", err)
+	}
+}
+
+type echoPolicy struct{}
+
+func (echoPolicy) SelectPodPools(_ context.Context, r *policy.PodRequest) (policy.PodDecision, error) {
+	if r.Pod.Name == "fail" {
+		return policy.PodDecision{}, errors.New("no luck")
+	}
+	return policy.PodDecision{Code: policy.Decided, Source: r.Pod.Name, IPv4: policy.Candidates(r.Pools[0].Name)}, nil
+}
+
+func (echoPolicy) SelectNodeCIDRConfig(_ context.Context, r *policy.NodeRequest) (policy.NodeDecision, error) {
+	return policy.NodeDecision{Code: policy.Decided, Configs: []string{r.Node.Name}}, nil
+}
+
+func TestHandlers(t *testing.T) {
+	plugin.policy = nil
+	if f := handlePodPools(nil, nil); f[0] != frameError || !strings.Contains(string(f[1:]), "RegisterPoolPolicy") {
+		t.Errorf("no policy: %q", f)
+	}
+	RegisterPoolPolicy(echoPolicy{}, Name("echo"), Version("9.9.9"))
+	t.Cleanup(func() { plugin.policy = nil })
+
+	b, _ := proto.Marshal(wire.PodRequestToProto(richPodRequest()))
+	f := handlePodPools(nil, b)
+	var m pb.PodDecision
+	if f[0] != frameOK || proto.Unmarshal(f[1:], &m) != nil || m.Source != "web-0" || m.Ipv4[0].Pool != "blue" {
+		t.Errorf("pod frame %q", f)
+	}
+	req := wire.PodRequestToProto(richPodRequest())
+	req.Pod.Name = "fail"
+	b, _ = proto.Marshal(req)
+	if f := handlePodPools(f, b); f[0] != frameError || string(f[1:]) != "no luck" {
+		t.Errorf("error frame %q", f)
+	}
+	if f := handlePodPools(nil, []byte{0xff}); f[0] != frameError || !strings.Contains(string(f[1:]), "pod request") {
+		t.Errorf("garbage frame %q", f)
+	}
+	b, _ = proto.Marshal(wire.NodeRequestToProto(&policy.NodeRequest{Node: policy.Node{Name: "n7"}}))
+	var nm pb.NodeDecision
+	if f := handleNodeCIDRConfig(nil, b); f[0] != frameOK || proto.Unmarshal(f[1:], &nm) != nil || nm.Configs[0] != "n7" {
+		t.Errorf("node frame %q", f)
+	}
+	var info pb.PluginInfo
+	if err := proto.Unmarshal(pluginInfo(), &info); err != nil || info.Name != "echo" || info.Version != "9.9.9" {
+		t.Errorf("info %v, %v", &info, err)
+	}
+}
+
+// FuzzDecodePodRequest: no input makes the decoder panic, and whenever both decoders
+// accept an input they agree.
+func FuzzDecodePodRequest(f *testing.F) {
+	b, _ := proto.Marshal(wire.PodRequestToProto(richPodRequest()))
+	f.Add(b)
+	f.Add([]byte{})
+	f.Add([]byte{0x2a, 0x02, 0x10, 0x01})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		got, gerr := decodePodRequest(b)
+		var m pb.PodRequest
+		if proto.Unmarshal(b, &m) != nil {
+			return
+		}
+		want, werr := wire.PodRequestFromProto(&m)
+		if gerr == nil && werr == nil && !reflect.DeepEqual(got, want) {
+			t.Errorf("decoders disagree on %x:\n got %+v\nwant %+v", b, got, want)
+		}
+	})
+}
+
+func BenchmarkHandlePodPools(b *testing.B) {
+	RegisterPoolPolicy(echoPolicy{})
+	b.Cleanup(func() { plugin.policy = nil })
+	req := richPodRequest()
+	for i := range 17 {
+		req.Pools = append(req.Pools, policy.PoolView{Name: "p" + string(rune('a'+i)), Family: policy.IPv4,
+			CIDRs:        []netip.Prefix{netip.MustParsePrefix("10.0.0.0/16")},
+			NodeAffinity: &policy.LabelSelector{MatchLabels: map[string]string{"zone": "a"}}})
+	}
+	in, _ := proto.Marshal(wire.PodRequestToProto(req))
+	var out []byte
+	b.ReportAllocs()
+	for b.Loop() {
+		out = handlePodPools(out, in)
+	}
+}
+
+// TestRequestCache: repeated pools, node and namespace are served from the cache, and the
+// answer is always what a fresh decode gives, even after a policy reorders r.Pools.
+func TestRequestCache(t *testing.T) {
+	podCache = reqCache{}
+	base := richPodRequest()
+	changed := richPodRequest()
+	changed.Pools[1].Free = 7
+	changed.Node.Labels = map[string]string{"zone": "b"}
+	empty := richPodRequest()
+	empty.Pools = nil
+	for i, req := range []*policy.PodRequest{base, base, changed, changed, base, empty, empty, base} {
+		b, _ := proto.Marshal(wire.PodRequestToProto(req))
+		var m pb.PodRequest
+		_ = proto.Unmarshal(b, &m)
+		want, _ := wire.PodRequestFromProto(&m)
+		got, err := decodePodRequest(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("call %d: cached decode differs\n got %+v\nwant %+v", i, got, want)
+		}
+		slices.Reverse(got.Pools) // a policy "modifying" its request must not leak into the next call
+	}
+}

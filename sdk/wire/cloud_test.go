@@ -1,0 +1,113 @@
+package wire_test
+
+import (
+	"net/netip"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/allot-ipam/allot/sdk/cloud"
+	pb "github.com/allot-ipam/allot/sdk/proto/pluginv1"
+	"github.com/allot-ipam/allot/sdk/wire"
+)
+
+func TestCloudRoundTrip(t *testing.T) {
+	node := cloud.NodeRef{Name: "n1", ProviderID: "aws:///us-east-1a/i-0abc", InstanceType: "m5.large", Zone: "us-east-1a"}
+	inv := cloud.NodeInventory{
+		Interfaces: []cloud.Interface{{
+			ID: "eni-1", Index: 1, Subnet: "subnet-1", MAC: "02:00:00:00:00:01",
+			Addresses:      []netip.Addr{netip.MustParseAddr("10.0.1.5"), netip.MustParseAddr("10.0.1.6")},
+			SecurityGroups: []string{"sg-1"}, Tags: map[string]string{"owner": "allot"},
+		}},
+		Subnets: []cloud.Subnet{{ID: "subnet-1", CIDR: netip.MustParsePrefix("10.0.1.0/24"), Free: 200, VPC: "vpc-1", Zone: "us-east-1a", Tags: map[string]string{"k": "v"}}},
+		Limits:  cloud.Limits{MaxInterfaces: 3, AddressesPerInterface: 10, IPv6AddressesPerInterface: 10},
+	}
+	got, err := wire.NodeInventoryFromProto(roundTrip(t, wire.NodeInventoryToProto(inv), &pb.NodeInventory{}))
+	if err != nil || !reflect.DeepEqual(got, inv) {
+		t.Fatalf("inventory: %+v, %v", got, err)
+	}
+	areq := cloud.AllocateRequest{Node: node, Interface: "eni-1", Family: cloud.IPv6, Count: 4}
+	gotA, err := wire.AllocateRequestFromProto(roundTrip(t, wire.AllocateRequestToProto(areq), &pb.AllocateRequest{}))
+	if err != nil || !reflect.DeepEqual(gotA, areq) {
+		t.Fatalf("allocate request: %+v, %v", gotA, err)
+	}
+	creq := cloud.CreateInterfaceRequest{Node: node, Index: 2, Subnet: "subnet-1", SecurityGroups: []string{"sg-1"},
+		Description: "allot", Tags: map[string]string{"a": "b"}, DeleteOnTermination: true, Family: cloud.IPv4, Count: 5}
+	gotC, err := wire.CreateInterfaceRequestFromProto(roundTrip(t, wire.CreateInterfaceRequestToProto(creq), &pb.CreateInterfaceRequest{}))
+	if err != nil || !reflect.DeepEqual(gotC, creq) {
+		t.Fatalf("create interface request: %+v, %v", gotC, err)
+	}
+	rreq := cloud.ReleaseRequest{Node: node, Interface: "eni-1", Addresses: []netip.Addr{netip.MustParseAddr("fd00::5")}}
+	gotR, err := wire.ReleaseRequestFromProto(roundTrip(t, wire.ReleaseRequestToProto(rreq), &pb.ReleaseRequest{}))
+	if err != nil || !reflect.DeepEqual(gotR, rreq) {
+		t.Fatalf("release request: %+v, %v", gotR, err)
+	}
+}
+
+func TestCloudFromProtoRejects(t *testing.T) {
+	req := cloud.AllocateRequest{Node: cloud.NodeRef{Name: "n"}, Interface: "eni-1", Family: cloud.IPv4, Count: 2}
+	tests := []struct {
+		name string
+		run  func() error
+		want string
+	}{
+		{"inventory bad address", func() error {
+			_, err := wire.NodeInventoryFromProto(&pb.NodeInventory{Interfaces: []*pb.Interface{{Id: "eni-1", Addresses: []string{"10.0.0.1", "nope"}}}})
+			return err
+		}, `node inventory: interfaces[0].addresses[1]: bad address "nope"`},
+		{"inventory empty id", func() error {
+			_, err := wire.NodeInventoryFromProto(&pb.NodeInventory{Interfaces: []*pb.Interface{{}}})
+			return err
+		}, "interfaces[0].id: empty interface id"},
+		{"inventory bad subnet cidr", func() error {
+			_, err := wire.NodeInventoryFromProto(&pb.NodeInventory{Subnets: []*pb.Subnet{{Id: "s", Cidr: "10.0.0.0/33"}}})
+			return err
+		}, `subnets[0].cidr: bad CIDR "10.0.0.0/33"`},
+		{"negative limit", func() error {
+			_, err := wire.NodeInventoryFromProto(&pb.NodeInventory{Limits: &pb.Limits{MaxInterfaces: -1}})
+			return err
+		}, "limits: negative limit"},
+		{"allocate no family", func() error {
+			_, err := wire.AllocateRequestFromProto(&pb.AllocateRequest{Node: &pb.NodeRef{Name: "n"}, Count: 1})
+			return err
+		}, "allocate request: family: family unspecified"},
+		{"allocate zero count", func() error {
+			_, err := wire.AllocateRequestFromProto(&pb.AllocateRequest{Node: &pb.NodeRef{Name: "n"}, Family: 1})
+			return err
+		}, "count: 0, want at least 1"},
+		{"allocate no node", func() error {
+			_, err := wire.AllocateRequestFromProto(&pb.AllocateRequest{Family: 1, Count: 1})
+			return err
+		}, "allocate request: node: missing message"},
+		{"result empty", func() error {
+			_, err := wire.AllocateResultFromProto(req, &pb.AllocateResult{Interface: "eni-1"})
+			return err
+		}, "no address assigned and no error"},
+		{"result duplicate", func() error {
+			_, err := wire.AllocateResultFromProto(req, &pb.AllocateResult{Interface: "eni-1", Addresses: []string{"10.0.0.1", "10.0.0.1"}})
+			return err
+		}, "addresses[1]: address 10.0.0.1 repeated"},
+		{"result wrong family", func() error {
+			_, err := wire.AllocateResultFromProto(req, &pb.AllocateResult{Interface: "eni-1", Addresses: []string{"fd00::1"}})
+			return err
+		}, "addresses[0]: address fd00::1 is not ipv4"},
+		{"release bad address", func() error {
+			_, err := wire.ReleaseRequestFromProto(&pb.ReleaseRequest{Node: &pb.NodeRef{Name: "n"}, Addresses: []string{"fe80::1%eth0"}})
+			return err
+		}, `addresses[0]: bad address "fe80::1%eth0"`},
+		{"datapath bad cidr", func() error {
+			_, err := wire.DatapathConfigFromProto(&pb.DatapathConfig{NonMasqueradeCidrs: []string{"10.0.0.0/8", "x"}})
+			return err
+		}, `datapath config: non_masquerade_cidrs[1]: bad CIDR "x"`},
+		{"datapath bad port", func() error {
+			_, err := wire.DatapathConfigFromProto(&pb.DatapathConfig{PortRange: &pb.PortRange{Min: 1, Max: 70000}})
+			return err
+		}, "port_range.max: 70000 is not a port"},
+	}
+	for _, tt := range tests {
+		err := tt.run()
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: err = %v, want %q", tt.name, err, tt.want)
+		}
+	}
+}
