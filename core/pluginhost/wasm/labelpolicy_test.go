@@ -5,6 +5,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/allot-ipam/allot/internal/benchutil"
 	"github.com/allot-ipam/allot/sdk/policy"
 )
 
@@ -71,11 +72,13 @@ func BenchmarkWASMPolicyDecision(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.ReportAllocs()
+	m := benchutil.Start(b)
 	for b.Loop() {
 		if _, err := p.SelectPodPools(ctx, req); err != nil {
 			b.Fatal(err)
 		}
 	}
+	m.Stop("decisions/s")
 }
 
 // BenchmarkWASMPolicyDecisionParallel: the same with one instance per GOMAXPROCS.
@@ -83,6 +86,8 @@ func BenchmarkWASMPolicyDecisionParallel(b *testing.B) {
 	p := openGuest(b, buildGuest(b, labelPolicyDir, true), func(c *Config) { c.Instances = 0 })
 	req := podRequest("web", map[string]string{"allot.io/pool": "pool-v4-07"})
 	b.ReportAllocs()
+	m := benchutil.Start(b)
+	defer m.Stop("decisions/s")
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			if _, err := p.SelectPodPools(context.Background(), req); err != nil {
@@ -101,10 +106,12 @@ func BenchmarkWASMPolicyDecisionPoolsChange(b *testing.B) {
 	req := podRequest("web", map[string]string{"allot.io/pool": "pool-v4-07"})
 	ctx := context.Background()
 	b.ReportAllocs()
+	m := benchutil.Start(b)
 	for b.Loop() {
 		req.Pools[3].Free++
 		if _, err := p.SelectPodPools(ctx, req); err != nil {
 			b.Fatal(err)
 		}
 	}
+	m.Stop("decisions/s")
 }

@@ -1,0 +1,86 @@
+package pluginrpc
+
+import (
+	"fmt"
+
+	"github.com/hashicorp/go-plugin"
+
+	"github.com/allot-ipam/allot/sdk/cloud"
+	"github.com/allot-ipam/allot/sdk/datapath"
+	"github.com/allot-ipam/allot/sdk/policy"
+)
+
+// Handshake is the go-plugin handshake between allotd and its process plugins. The magic
+// cookie only keeps a plugin binary from being run by hand by mistake; it is no security
+// measure (the sha256 pin and AutoMTLS are). ProtocolVersion is the version of this package's
+// wire protocol (services and framing); contract versions are checked separately via Meta.
+var Handshake = plugin.HandshakeConfig{
+	ProtocolVersion:  1,
+	MagicCookieKey:   "ALLOT_PLUGIN_MAGIC_COOKIE",
+	MagicCookieValue: "b1f5e4a0-allot-ipam-plugin-v1",
+}
+
+// Kind is a plugin kind, also the name under which go-plugin dispenses it.
+type Kind string
+
+const (
+	KindPoolPolicy   Kind = "pool-policy"
+	KindCloudBackend Kind = "cloud-backend"
+	KindDatapath     Kind = "datapath"
+)
+
+// Kinds lists every kind, in a fixed order.
+var Kinds = []Kind{KindPoolPolicy, KindCloudBackend, KindDatapath}
+
+// ContractVersion is the version of the sdk contract of kind k that this build speaks.
+func (k Kind) ContractVersion() string {
+	switch k {
+	case KindPoolPolicy:
+		return policy.ContractVersion
+	case KindCloudBackend:
+		return cloud.ContractVersion
+	case KindDatapath:
+		return datapath.ContractVersion
+	}
+	return ""
+}
+
+// Valid reports whether k is a known kind.
+func (k Kind) Valid() bool { return k.ContractVersion() != "" }
+
+// ParseKind parses a kind name as written in configuration.
+func ParseKind(s string) (Kind, error) {
+	k := Kind(s)
+	if !k.Valid() {
+		return "", fmt.Errorf("pluginrpc: unknown plugin kind %q (want pool-policy, cloud-backend or datapath)", s)
+	}
+	return k, nil
+}
+
+// Info describes a plugin; the author fills Name and Version, the Serve helpers add the kind
+// and contract version.
+type Info struct {
+	// Name of the plugin, e.g. "by-label".
+	Name string
+	// Version of the plugin itself, semver recommended, e.g. "0.3.1".
+	Version string
+}
+
+// RemoteInfo is what a plugin says about itself through Meta.
+type RemoteInfo struct {
+	Name            string
+	Version         string
+	Kind            Kind
+	ContractVersion string
+}
+
+// HostPlugins is the go-plugin plugin set a host passes in ClientConfig.Plugins: every kind,
+// client side only. Dispensing kind k yields a *PoolPolicyClient, *CloudBackendClient or
+// *DatapathClient, all of which also implement Describer.
+func HostPlugins() plugin.PluginSet {
+	return plugin.PluginSet{
+		string(KindPoolPolicy):   &poolPolicyPlugin{},
+		string(KindCloudBackend): &cloudBackendPlugin{},
+		string(KindDatapath):     &datapathPlugin{},
+	}
+}

@@ -1,0 +1,100 @@
+package pluginrpc
+
+import (
+	"context"
+
+	"github.com/hashicorp/go-plugin"
+	"google.golang.org/grpc"
+
+	"github.com/allot-ipam/allot/sdk/policy"
+	pb "github.com/allot-ipam/allot/sdk/proto/pluginv1"
+	rpc "github.com/allot-ipam/allot/sdk/proto/pluginv1/pluginv1grpc"
+	"github.com/allot-ipam/allot/sdk/wire"
+)
+
+// poolPolicyPlugin is the go-plugin definition of the pool-policy kind. impl is set on the
+// plugin side only.
+type poolPolicyPlugin struct {
+	plugin.NetRPCUnsupportedPlugin
+	impl policy.PoolPolicy
+	info Info
+}
+
+func (p *poolPolicyPlugin) GRPCServer(_ *plugin.GRPCBroker, s *grpc.Server) error {
+	RegisterPoolPolicy(s, p.impl, p.info)
+	return nil
+}
+
+func (p *poolPolicyPlugin) GRPCClient(_ context.Context, _ *plugin.GRPCBroker, cc *grpc.ClientConn) (any, error) {
+	return NewPoolPolicyClient(cc), nil
+}
+
+// RegisterPoolPolicy registers impl (and Meta) on a gRPC server. ServePoolPolicy does this
+// for go-plugin; tests and other hosts may use it directly.
+func RegisterPoolPolicy(s grpc.ServiceRegistrar, impl policy.PoolPolicy, info Info) {
+	rpc.RegisterPoolPolicyServer(s, &poolPolicyServer{impl: impl})
+	rpc.RegisterMetaServer(s, newMetaServer(KindPoolPolicy, info))
+}
+
+type poolPolicyServer struct {
+	rpc.UnimplementedPoolPolicyServer
+	impl policy.PoolPolicy
+}
+
+func (s *poolPolicyServer) SelectPodPools(ctx context.Context, m *pb.PodRequest) (*pb.PodDecision, error) {
+	req, err := wire.PodRequestFromProto(m)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	d, err := s.impl.SelectPodPools(ctx, req)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return wire.PodDecisionToProto(d), nil
+}
+
+func (s *poolPolicyServer) SelectNodeCIDRConfig(ctx context.Context, m *pb.NodeRequest) (*pb.NodeDecision, error) {
+	req, err := wire.NodeRequestFromProto(m)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	d, err := s.impl.SelectNodeCIDRConfig(ctx, req)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return wire.NodeDecisionToProto(d), nil
+}
+
+// PoolPolicyClient is a policy.PoolPolicy that calls a plugin over gRPC.
+type PoolPolicyClient struct {
+	metaClient
+	c rpc.PoolPolicyClient
+}
+
+var (
+	_ policy.PoolPolicy = (*PoolPolicyClient)(nil)
+	_ Describer         = (*PoolPolicyClient)(nil)
+)
+
+// NewPoolPolicyClient returns a pool policy that calls the plugin behind cc.
+func NewPoolPolicyClient(cc grpc.ClientConnInterface) *PoolPolicyClient {
+	return &PoolPolicyClient{metaClient: newMetaClient(cc), c: rpc.NewPoolPolicyClient(cc)}
+}
+
+// SelectPodPools implements policy.PoolPolicy.
+func (c *PoolPolicyClient) SelectPodPools(ctx context.Context, req *policy.PodRequest) (policy.PodDecision, error) {
+	m, err := c.c.SelectPodPools(ctx, wire.PodRequestToProto(req))
+	if err != nil {
+		return policy.PodDecision{}, fromStatus(ctx, "pool-policy SelectPodPools", err)
+	}
+	return wire.PodDecisionFromProto(m)
+}
+
+// SelectNodeCIDRConfig implements policy.PoolPolicy.
+func (c *PoolPolicyClient) SelectNodeCIDRConfig(ctx context.Context, req *policy.NodeRequest) (policy.NodeDecision, error) {
+	m, err := c.c.SelectNodeCIDRConfig(ctx, wire.NodeRequestToProto(req))
+	if err != nil {
+		return policy.NodeDecision{}, fromStatus(ctx, "pool-policy SelectNodeCIDRConfig", err)
+	}
+	return wire.NodeDecisionFromProto(m)
+}

@@ -1,0 +1,9 @@
+//go:build !unix
+
+package pluginrpc
+
+import "os"
+
+var pluginStderr = os.Stderr
+
+func useRealStdout() {}
