@@ -23,6 +23,8 @@ type Config struct {
 	Policy Policy      `koanf:"policy"`
 	// Plugins are third-party plugins (process or WASM) that policy chains can name.
 	Plugins []Plugin `koanf:"plugins"`
+	// Cloud configures pools filled by a cloud backend (cloud.go).
+	Cloud Cloud `koanf:"cloud"`
 	// Cluster configures the agent and operator modes (cluster.go).
 	Cluster Cluster `koanf:"cluster"`
 

@@ -50,6 +50,7 @@ func (c *Config) Validate() error {
 	}
 	if c.Mode == "standalone" {
 		errs = append(errs, c.validatePools()...)
+		errs = append(errs, c.validateCloud()...)
 	}
 	errs = append(errs, c.validateCluster()...)
 	errs = append(errs, c.validatePolicy()...)
@@ -67,8 +68,8 @@ func (c *Config) validatePools() []error {
 	add := func(field, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
 	}
-	if len(c.Pools) == 0 {
-		add("pools", "at least one pool is required in standalone mode")
+	if len(c.Pools) == 0 && len(c.Cloud.Pools) == 0 {
+		add("pools", "at least one pool (or cloud.pools entry) is required in standalone mode")
 	}
 	seen := map[string]int{}
 	var all []placedCIDR
