@@ -23,7 +23,9 @@ type fake struct {
 	requests []cloud.AllocateRequest
 }
 
-func (f *fake) Inventory(context.Context, cloud.NodeRef) (cloud.NodeInventory, error) { return f.inv, nil }
+func (f *fake) Inventory(context.Context, cloud.NodeRef) (cloud.NodeInventory, error) {
+	return f.inv, nil
+}
 func (f *fake) Allocate(_ context.Context, r cloud.AllocateRequest) (cloud.AllocateResult, error) {
 	f.requests = append(f.requests, r)
 	if f.limit != nil {
