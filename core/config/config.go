@@ -23,6 +23,8 @@ type Config struct {
 	Policy Policy      `koanf:"policy"`
 	// Plugins are third-party plugins (process or WASM) that policy chains can name.
 	Plugins []Plugin `koanf:"plugins"`
+	// Datapath configures masquerading of pod traffic (datapath.go).
+	Datapath Datapath `koanf:"datapath"`
 	// Cloud configures pools filled by a cloud backend (cloud.go).
 	Cloud Cloud `koanf:"cloud"`
 	// Cluster configures the agent and operator modes (cluster.go).
@@ -119,7 +121,9 @@ func Defaults() Config {
 		Socket: "/run/allot/allotd.sock",
 		Store:  StoreConfig{Path: "/var/lib/allot/allot.db"},
 		HTTP:   HTTPConfig{Address: "127.0.0.1:9464"},
-		Log:    LogConfig{Level: "info", Format: "text"},
+		// Masquerading changes the node's firewall: opt in.
+		Datapath: Datapath{Type: "none"},
+		Log:      LogConfig{Level: "info", Format: "text"},
 		Policy: Policy{
 			Default: Chain{Policies: []string{"static"}},
 			Timeout: 2 * time.Second,

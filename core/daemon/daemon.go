@@ -21,6 +21,7 @@ import (
 	"github.com/allot-ipam/allot/core/api"
 	"github.com/allot-ipam/allot/core/api/server"
 	"github.com/allot-ipam/allot/core/config"
+	"github.com/allot-ipam/allot/core/datapathctl"
 	"github.com/allot-ipam/allot/core/ipam"
 	"github.com/allot-ipam/allot/core/store"
 	"github.com/prometheus/client_golang/prometheus"
@@ -36,13 +37,14 @@ const shutdownGrace = 10 * time.Second
 
 // Daemon is a running allotd.
 type Daemon struct {
-	cfg     *config.Config
-	log     *slog.Logger
-	reg     *prometheus.Registry
-	store   *store.Store
-	manager *ipam.Manager
-	plugins *Plugins
-	ready   atomic.Bool
+	cfg      *config.Config
+	log      *slog.Logger
+	reg      *prometheus.Registry
+	store    *store.Store
+	manager  *ipam.Manager
+	plugins  *Plugins
+	datapath *datapathctl.Controller
+	ready    atomic.Bool
 
 	apiLn   net.Listener
 	apiSrv  *http.Server
@@ -77,6 +79,11 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Daemon, 
 	if err != nil {
 		return nil, err
 	}
+	cloudPools, err := d.fillCloudPools(ctx)
+	if err != nil {
+		return nil, err
+	}
+	pools = append(pools, cloudPools...)
 	d.manager, err = ipam.New(ctx, ipam.Options{
 		Pools:         pools,
 		Store:         d.store,
@@ -89,6 +96,9 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Daemon, 
 		Mode:          cfg.Mode,
 	})
 	if err != nil {
+		return nil, err
+	}
+	if d.datapath, err = d.startDatapath(ctx, pools); err != nil {
 		return nil, err
 	}
 	if d.apiLn, err = server.Listen(cfg.Socket); err != nil {
@@ -117,6 +127,9 @@ func (d *Daemon) Serve(ctx context.Context) error {
 	if d.httpLn != nil {
 		d.httpSrv = &http.Server{Handler: d.healthHandler(), ReadHeaderTimeout: 5 * time.Second}
 		go func() { errc <- serveUntilClosed(d.httpSrv, d.httpLn) }()
+	}
+	if d.datapath != nil {
+		go d.datapath.Run(ctx)
 	}
 	d.ready.Store(true)
 	d.log.Info("allotd serving", "version", Version, "mode", d.cfg.Mode, "socket", d.cfg.Socket, "http", d.HTTPAddr(), "store", d.cfg.Store.Path)
@@ -152,6 +165,9 @@ func (d *Daemon) close(ctx context.Context) error {
 		if err := os.Remove(d.cfg.Socket); err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, err)
 		}
+	}
+	if d.datapath != nil {
+		errs = append(errs, d.datapath.Stop(ctx))
 	}
 	if d.plugins != nil {
 		errs = append(errs, d.plugins.Close(ctx))

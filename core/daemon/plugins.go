@@ -122,6 +122,16 @@ func LoadPlugins(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *
 	return p, nil
 }
 
+// Loaded returns the loaded plugin called name, or nil.
+func (p *Plugins) Loaded(name string) *pluginhost.Loaded {
+	for _, l := range p.loaded {
+		if l.Name == name {
+			return l
+		}
+	}
+	return nil
+}
+
 // PolicyFor returns the chain that decides for a CNI network.
 func (p *Plugins) PolicyFor(network string) policy.PoolPolicy {
 	if c, ok := p.networks[network]; ok {

@@ -1,0 +1,95 @@
+// Package masqconfig reads ip-masq-agent's configuration file, so that a node already
+// managed with ip-masq-agent keeps its file when it moves to allot.
+//
+// The file is YAML or JSON:
+//
+//	nonMasqueradeCIDRs: [10.0.0.0/8, 192.168.0.0/16]
+//	masqLinkLocal: false
+//	masqLinkLocalIPv6: false
+//	resyncInterval: 60s
+//
+// As in ip-masq-agent, an absent or empty nonMasqueradeCIDRs means the default reserved
+// ranges, and link-local destinations are exempt unless masqLinkLocal(IPv6) is set (the
+// datapath contract applies both rules). Unknown keys are errors: a misspelt key would
+// otherwise silently masquerade traffic that should not be.
+package masqconfig
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"sort"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// DefaultResync is ip-masq-agent's default resyncInterval.
+const DefaultResync = 60 * time.Second
+
+// Config is the file's content.
+type Config struct {
+	NonMasqueradeCIDRs []netip.Prefix
+	MasqLinkLocal      bool
+	MasqLinkLocalIPv6  bool
+	ResyncInterval     time.Duration
+}
+
+type file struct {
+	NonMasqueradeCIDRs []string
+	MasqLinkLocal      bool
+	MasqLinkLocalIPv6  bool
+	ResyncInterval     string
+}
+
+// Parse reads the file's bytes. Errors name the field.
+func Parse(b []byte) (Config, error) {
+	// Decode key by key so that a type error names its key.
+	var doc map[string]yaml.Node
+	if err := yaml.NewDecoder(bytes.NewReader(b)).Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
+		return Config{}, fmt.Errorf("ip-masq-agent config: %w", err)
+	}
+	var f file
+	fields := map[string]any{
+		"nonMasqueradeCIDRs": &f.NonMasqueradeCIDRs,
+		"masqLinkLocal":      &f.MasqLinkLocal,
+		"masqLinkLocalIPv6":  &f.MasqLinkLocalIPv6,
+		"resyncInterval":     &f.ResyncInterval,
+	}
+	keys := make([]string, 0, len(doc))
+	for k := range doc {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		dst, ok := fields[k]
+		if !ok {
+			return Config{}, fmt.Errorf("ip-masq-agent config: %s: unknown field (known: masqLinkLocal, masqLinkLocalIPv6, nonMasqueradeCIDRs, resyncInterval)", k)
+		}
+		node := doc[k]
+		if err := node.Decode(dst); err != nil {
+			return Config{}, fmt.Errorf("ip-masq-agent config: %s: %w", k, err)
+		}
+	}
+	c := Config{MasqLinkLocal: f.MasqLinkLocal, MasqLinkLocalIPv6: f.MasqLinkLocalIPv6, ResyncInterval: DefaultResync}
+	for i, s := range f.NonMasqueradeCIDRs {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return Config{}, fmt.Errorf("ip-masq-agent config: nonMasqueradeCIDRs[%d]: %q is not a CIDR", i, s)
+		}
+		if p.Masked() != p {
+			return Config{}, fmt.Errorf("ip-masq-agent config: nonMasqueradeCIDRs[%d]: %s has host bits set (did you mean %s?)", i, s, p.Masked())
+		}
+		c.NonMasqueradeCIDRs = append(c.NonMasqueradeCIDRs, p)
+	}
+	if f.ResyncInterval != "" {
+		d, err := time.ParseDuration(f.ResyncInterval)
+		if err != nil || d < time.Second || d > 24*time.Hour {
+			return Config{}, fmt.Errorf("ip-masq-agent config: resyncInterval: %q must be a duration between 1s and 24h", f.ResyncInterval)
+		}
+		c.ResyncInterval = d
+	}
+	return c, nil
+}
