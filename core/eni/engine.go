@@ -1,0 +1,685 @@
+package eni
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/allot-ipam/allot/sdk/cloud"
+)
+
+// NodeState is what the engine needs to know about one node, as the operator reads it from
+// the node object: who it is in the cloud, which addresses pods hold, how many pods wait.
+type NodeState struct {
+	// Ref identifies the node (Name is required; the AWS backend needs ProviderID or an
+	// instance ID as Name, and uses InstanceType and Zone when given).
+	Ref cloud.NodeRef
+	// Used are the addresses pods hold on the node (Cilium's status.ipam.used).
+	Used []netip.Addr
+	// Pending is the number of pods scheduled on the node that wait for an address.
+	Pending int
+	// Params overrides the configured watermarks for this node (nil: Config.Params).
+	Params *Params
+}
+
+// Publisher receives a node's pool after every change the engine made, so the operator can
+// write it into the node object (Cilium's spec.ipam.pool) for the agent.
+type Publisher interface {
+	// Publish hands over the node's eligible interfaces (index >= first-interface-index) with
+	// their addresses and the node's subnets.
+	Publish(ctx context.Context, node string, pool cloud.NodeInventory) error
+}
+
+// NodeStatus is the engine's view of one node after its last pass.
+type NodeStatus struct {
+	Name                            string
+	Available, Used, Needed, Excess int
+	Pending                         int
+	Interfaces                      int
+	// Releasing counts the node's addresses in the release handshake (marked or ready).
+	Releasing int
+	// Blocked says why the node's need could not be met ("" when it was, or there was none).
+	Blocked string
+	// LastError is the last cloud error met for this node, if any.
+	LastError string
+}
+
+// PassResult sums up one pass.
+type PassResult struct {
+	Nodes     int // nodes in the pass
+	Worked    int // nodes that needed work (allocation, release or handshake)
+	Allocated int // addresses assigned
+	Created   int // interfaces created
+	Released  int // addresses unassigned
+	Marked    int // addresses newly marked for release
+	Errors    int // cloud or handshake calls that failed
+	// Unfinished: some node still needs addresses and is not blocked (e.g. throttled), so the
+	// next pass should come soon.
+	Unfinished bool
+}
+
+// Options are the engine's collaborators besides the backend.
+type Options struct {
+	// Handshake carries release entries to agents; nil disables releasing.
+	Handshake Handshake
+	// Publisher receives pools; nil = none.
+	Publisher Publisher
+	Logger    *slog.Logger
+	// Now is the clock of the release delay (default time.Now).
+	Now func() time.Time
+	// Metrics, if set, are updated (see NewMetrics).
+	Metrics *Metrics
+}
+
+// Engine decides, per node, how many addresses to allocate or release and carries it out
+// through a cloud backend. It is pure logic over interfaces: node state comes in through
+// UpsertNode/DeleteNode, actions go out through cloud.CloudBackend, Handshake and Publisher.
+type Engine struct {
+	backend cloud.CloudBackend
+	cfg     Config
+	opts    Options
+	log     *slog.Logger
+
+	passMu sync.Mutex // one pass at a time
+
+	mu    sync.Mutex
+	nodes map[string]*node
+	trig  chan struct{}
+}
+
+type node struct {
+	state NodeState // guarded by Engine.mu
+
+	// Owned by the pass that handles the node.
+	inv         *cloud.NodeInventory
+	neededSince time.Time
+	excessSince map[netip.Addr]time.Time
+	refused     map[netip.Addr]time.Time
+	status      NodeStatus
+	published   string // signature of the last pool handed to the Publisher
+}
+
+// New returns an engine; Run drives it, or the caller calls Pass.
+func New(backend cloud.CloudBackend, cfg Config, opts Options) (*Engine, error) {
+	if backend == nil {
+		return nil, errors.New("eni: backend is nil")
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("eni: config: %w", err)
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	return &Engine{
+		backend: backend, cfg: cfg, opts: opts, log: opts.Logger,
+		nodes: map[string]*node{}, trig: make(chan struct{}, 1),
+	}, nil
+}
+
+// UpsertNode records a node's state and triggers a pass.
+func (e *Engine) UpsertNode(s NodeState) error {
+	if s.Ref.Name == "" {
+		return errors.New("eni: node: ref.name is empty")
+	}
+	if s.Pending < 0 {
+		return fmt.Errorf("eni: node %q: pending: %d is negative", s.Ref.Name, s.Pending)
+	}
+	if s.Params != nil {
+		if err := s.Params.Validate("params"); err != nil {
+			return fmt.Errorf("eni: node %q: %w", s.Ref.Name, err)
+		}
+	}
+	s.Used = append([]netip.Addr(nil), s.Used...)
+	e.mu.Lock()
+	n := e.nodes[s.Ref.Name]
+	if n == nil {
+		n = &node{excessSince: map[netip.Addr]time.Time{}, refused: map[netip.Addr]time.Time{}}
+		e.nodes[s.Ref.Name] = n
+	}
+	n.state = s
+	e.mu.Unlock()
+	e.Trigger()
+	return nil
+}
+
+// DeleteNode forgets a node (its Kubernetes node is gone). Its interfaces stay with the
+// instance: the cloud deletes them with it when delete-on-termination is set.
+func (e *Engine) DeleteNode(name string) {
+	e.mu.Lock()
+	delete(e.nodes, name)
+	e.mu.Unlock()
+}
+
+// Status returns the node's status after the last pass that handled it.
+func (e *Engine) Status(name string) (NodeStatus, bool) {
+	e.passMu.Lock()
+	defer e.passMu.Unlock()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	n, ok := e.nodes[name]
+	if !ok {
+		return NodeStatus{}, false
+	}
+	return n.status, true
+}
+
+// Trigger asks for a pass; Run coalesces triggers and keeps to MinPassInterval.
+func (e *Engine) Trigger() {
+	select {
+	case e.trig <- struct{}{}:
+	default:
+	}
+}
+
+// Run runs passes until ctx ends: on trigger, at most one per MinPassInterval, and at least
+// one per ResyncInterval (soon again while a node is unfinished).
+func (e *Engine) Run(ctx context.Context) error {
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	var last time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-e.trig:
+		case <-timer.C:
+		}
+		if wait := e.cfg.MinPassInterval - time.Since(last); wait > 0 {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(wait):
+			}
+		}
+		select { // triggers that came while waiting are served by this pass
+		case <-e.trig:
+		default:
+		}
+		last = time.Now()
+		res := e.Pass(ctx)
+		next := e.cfg.ResyncInterval
+		if res.Unfinished {
+			next = e.cfg.MinPassInterval
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+		timer.Reset(next)
+	}
+}
+
+type queued struct {
+	name    string
+	n       *node
+	state   NodeState
+	deficit int
+}
+
+// Pass runs one resync pass: it refreshes every node's inventory, orders the nodes by deficit
+// (largest need first, releases last) and handles them with Config.Workers workers.
+func (e *Engine) Pass(ctx context.Context) PassResult {
+	e.passMu.Lock()
+	defer e.passMu.Unlock()
+	start := time.Now()
+
+	e.mu.Lock()
+	items := make([]*queued, 0, len(e.nodes))
+	for name, n := range e.nodes {
+		items = append(items, &queued{name: name, n: n, state: n.state})
+	}
+	e.mu.Unlock()
+	sort.Slice(items, func(i, j int) bool { return items[i].name < items[j].name })
+
+	var res PassResult
+	var resMu sync.Mutex
+	res.Nodes = len(items)
+
+	// Inventories first, so the queue is ordered on fresh numbers.
+	e.parallel(items, func(q *queued) {
+		inv, err := e.backend.Inventory(ctx, q.state.Ref)
+		if err != nil {
+			q.n.status.LastError = err.Error()
+			e.log.Warn("eni: inventory failed", "node", q.name, "err", err)
+			resMu.Lock()
+			res.Errors++
+			resMu.Unlock()
+			q.n.inv = nil
+			return
+		}
+		q.n.inv = &inv
+		p := e.params(q.state)
+		avail := Available(inv, e.cfg.FirstInterfaceIndex)
+		q.deficit = Deficit(NeededIPs(avail, len(q.state.Used), p), ExcessIPs(avail, len(q.state.Used), p))
+	})
+	order(items)
+
+	e.parallel(items, func(q *queued) {
+		if q.n.inv == nil {
+			return
+		}
+		r := e.maintain(ctx, q)
+		resMu.Lock()
+		defer resMu.Unlock()
+		res.Allocated += r.Allocated
+		res.Created += r.Created
+		res.Released += r.Released
+		res.Marked += r.Marked
+		res.Errors += r.Errors
+		if r.Worked > 0 {
+			res.Worked++
+		}
+		res.Unfinished = res.Unfinished || r.Unfinished
+	})
+	e.opts.Metrics.observePass(time.Since(start), items)
+	return res
+}
+
+// order sorts a queue by deficit, largest first, then by name (deterministic).
+func order(items []*queued) {
+	sort.SliceStable(items, func(i, j int) bool {
+		if items[i].deficit != items[j].deficit {
+			return items[i].deficit > items[j].deficit
+		}
+		return items[i].name < items[j].name
+	})
+}
+
+// parallel runs fn over items with Config.Workers goroutines, starting them in order.
+func (e *Engine) parallel(items []*queued, fn func(*queued)) {
+	ch := make(chan *queued)
+	var wg sync.WaitGroup
+	for w := 0; w < min(e.cfg.Workers, max(len(items), 1)); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for q := range ch {
+				fn(q)
+			}
+		}()
+	}
+	for _, q := range items {
+		ch <- q
+	}
+	close(ch)
+	wg.Wait()
+}
+
+func (e *Engine) params(s NodeState) Params {
+	if s.Params != nil {
+		return *s.Params
+	}
+	return e.cfg.Params
+}
+
+// maintain handles one node: allocation while it needs addresses, else the release
+// handshake. It returns what it did (Worked > 0 if it did anything at all).
+func (e *Engine) maintain(ctx context.Context, q *queued) (r struct {
+	PassResult
+	Worked int
+}) {
+	n, inv, s := q.n, q.n.inv, q.state
+	p := e.params(s)
+	first := e.cfg.FirstInterfaceIndex
+	used := len(s.Used)
+	n.status = NodeStatus{Name: q.name, Used: used, Pending: s.Pending}
+	changed := false
+
+	// Allocation.
+	skip := map[string]bool{}
+	blocked := ""
+	steps := 0
+	for {
+		avail := Available(*inv, first)
+		needed := NeededIPs(avail, used, p)
+		if needed == 0 {
+			if !n.neededSince.IsZero() {
+				e.opts.Metrics.observeTimeToAddress(e.opts.Now().Sub(n.neededSince))
+				n.neededSince = time.Time{}
+			}
+			break
+		}
+		if n.neededSince.IsZero() {
+			n.neededSince = e.opts.Now()
+		}
+		if steps >= e.cfg.MaxStepsPerNode {
+			r.Unfinished = true
+			break
+		}
+		r.Worked++
+		want := AllocationTarget(avail, needed, s.Pending, p)
+		if ifc, onIfc, onSub, ok := PickInterface(*inv, first, skip); ok {
+			steps++
+			amount := AllocationAmount(onSub, onIfc, want)
+			got, err := e.backend.Allocate(ctx, cloud.AllocateRequest{Node: s.Ref, Interface: ifc.ID, Family: cloud.IPv4, Count: amount})
+			switch {
+			case err == nil:
+				addAddresses(inv, ifc.ID, got.Addresses)
+				takeFromSubnet(inv, ifc.Subnet, uint64(len(got.Addresses)))
+				r.Allocated += len(got.Addresses)
+				changed = true
+				continue
+			case errors.Is(err, cloud.ErrSubnetFull):
+				setSubnetFree(inv, ifc.Subnet, 0)
+				skip[ifc.ID] = true
+				continue
+			case errors.Is(err, cloud.ErrLimitReached):
+				skip[ifc.ID] = true
+				continue
+			}
+			e.fail(n, &r.PassResult, "allocate", err)
+			break
+		}
+		idx, ok := PickIndex(*inv, first)
+		if !ok {
+			blocked = "interface limit reached and every interface is full"
+			break
+		}
+		sub, ok := PickSubnet(*inv, s.Ref.Zone, SubnetRules{IDs: e.cfg.SubnetIDs, Tags: e.cfg.SubnetTags}, 2)
+		if !ok {
+			blocked = "no subnet with free addresses"
+			break
+		}
+		steps++
+		count := min(want, FreeOnInterface(cloud.Interface{}, inv.Limits), int(min(sub.Free-1, uint64(unlimited))))
+		ifc, err := e.backend.CreateInterface(ctx, cloud.CreateInterfaceRequest{
+			Node: s.Ref, Index: idx, Subnet: sub.ID, SecurityGroups: e.cfg.SecurityGroups,
+			Description: e.description(q.name), Tags: e.tags(q.name),
+			DeleteOnTermination: e.cfg.DeleteOnTermination, Family: cloud.IPv4, Count: count,
+		})
+		switch {
+		case err == nil:
+			inv.Interfaces = append(inv.Interfaces, ifc)
+			takeFromSubnet(inv, ifc.Subnet, uint64(1+len(ifc.Addresses)))
+			r.Created++
+			r.Allocated += len(ifc.Addresses)
+			changed = true
+			continue
+		case errors.Is(err, cloud.ErrSubnetFull):
+			setSubnetFree(inv, sub.ID, 0)
+			continue
+		case errors.Is(err, cloud.ErrLimitReached):
+			blocked = "interface limit reached: " + err.Error()
+		default:
+			e.fail(n, &r.PassResult, "create interface", err)
+		}
+		break
+	}
+	if blocked != "" {
+		e.log.Warn("eni: node cannot get more addresses", "node", q.name, "reason", blocked)
+	}
+	if r.Errors > 0 {
+		r.Unfinished = true
+	}
+
+	// Release handshake (also aborts marks when the node is no longer in excess).
+	avail := Available(*inv, first)
+	needed, excess := NeededIPs(avail, used, p), ExcessIPs(avail, used, p)
+	if e.opts.Handshake != nil {
+		rel := e.release(ctx, q, needed, excess)
+		r.Released += rel.released
+		r.Marked += rel.marked
+		r.Errors += rel.errors
+		r.Worked += rel.worked
+		n.status.Releasing = rel.inFlight
+		changed = changed || rel.released > 0
+	}
+
+	avail = Available(*inv, first)
+	n.status.Available = avail
+	n.status.Needed = NeededIPs(avail, used, p)
+	n.status.Excess = ExcessIPs(avail, used, p)
+	n.status.Interfaces = len(inv.Interfaces)
+	n.status.Blocked = blocked
+	if e.opts.Publisher != nil {
+		pool := *inv
+		pool.Interfaces = Eligible(*inv, first)
+		// Publish on every change, and once for a node first seen (e.g. after a restart).
+		if sig := poolSignature(pool); changed || sig != n.published {
+			if err := e.opts.Publisher.Publish(ctx, q.name, pool); err != nil {
+				e.fail(n, &r.PassResult, "publish", err)
+			} else {
+				n.published = sig
+			}
+		}
+	}
+	return r
+}
+
+func (e *Engine) fail(n *node, r *PassResult, op string, err error) {
+	r.Errors++
+	n.status.LastError = op + ": " + err.Error()
+	n.inv = nil // re-read the truth next pass
+	e.opts.Metrics.countError(op, err)
+	e.log.Warn("eni: cloud call failed", "node", n.state.Ref.Name, "op", op, "err", err)
+}
+
+func (e *Engine) description(node string) string {
+	if strings.Contains(e.cfg.Description, "%s") {
+		return fmt.Sprintf(e.cfg.Description, node)
+	}
+	return e.cfg.Description
+}
+
+func (e *Engine) tags(node string) map[string]string {
+	out := map[string]string{"allot.io/node": node}
+	for k, v := range e.cfg.Tags {
+		out[k] = v
+	}
+	return out
+}
+
+type releaseResult struct {
+	released, marked, errors, worked, inFlight int
+}
+
+// release runs the operator's half of the handshake for one node. allowed is how many
+// addresses may be in the handshake: the excess when releasing is on and the node needs
+// nothing, else 0 (which aborts every mark).
+func (e *Engine) release(ctx context.Context, q *queued, needed, excess int) (rr releaseResult) {
+	n, inv, s := q.n, q.n.inv, q.state
+	hs := e.opts.Handshake
+	now := e.opts.Now()
+	allowed := 0
+	if e.cfg.Release && needed == 0 {
+		allowed = excess
+	}
+	states, err := hs.States(ctx, q.name)
+	if err != nil {
+		rr.errors++
+		e.log.Warn("eni: handshake read failed", "node", q.name, "err", err)
+		return rr
+	}
+	inUse := map[netip.Addr]bool{}
+	for _, a := range s.Used {
+		inUse[a] = true
+	}
+	owner := map[netip.Addr]string{}
+	for _, ifc := range Eligible(*inv, e.cfg.FirstInterfaceIndex) {
+		for _, a := range ifc.Addresses {
+			owner[a] = ifc.ID
+		}
+	}
+
+	// Existing entries: answers and aborts. Ready entries are kept before marked ones.
+	var ts []Transition
+	ready := map[string][]netip.Addr{}
+	keep := allowed
+	for _, want := range []ReleaseState{StateReady, StateMarked} {
+		for _, a := range sortedAddrs(states) {
+			if states[a] != want {
+				continue
+			}
+			ifc, onNode := owner[a]
+			switch {
+			case want == StateReady && !onNode:
+				// Already gone from the cloud (e.g. unassigned before a restart): finish.
+				ts = append(ts, Transition{a, StateReady, StateReleased})
+			case keep <= 0 || !onNode || inUse[a]:
+				ts = append(ts, Transition{a, want, StateNone}) // abort: no longer excess
+			default:
+				keep--
+				if want == StateReady {
+					ready[ifc] = append(ready[ifc], a)
+				}
+			}
+		}
+	}
+	for _, a := range sortedAddrs(states) {
+		if states[a] == StateDoNotRelease {
+			ts = append(ts, Transition{a, StateDoNotRelease, StateNone})
+			n.refused[a] = now
+		}
+	}
+	rr.inFlight = allowed - keep
+
+	// Unassign what the agent let go, one call per interface.
+	ifcs := make([]string, 0, len(ready))
+	for id := range ready {
+		ifcs = append(ifcs, id)
+	}
+	sort.Strings(ifcs)
+	for _, id := range ifcs {
+		addrs := ready[id]
+		if err := e.backend.Release(ctx, cloud.ReleaseRequest{Node: s.Ref, Interface: id, Addresses: addrs}); err != nil {
+			rr.errors++
+			n.status.LastError = "release: " + err.Error()
+			e.opts.Metrics.countError("release", err)
+			e.log.Warn("eni: release failed", "node", q.name, "interface", id, "err", err)
+			continue
+		}
+		removeAddresses(inv, id, addrs)
+		for _, a := range addrs {
+			ts = append(ts, Transition{a, StateReady, StateReleased})
+		}
+		rr.released += len(addrs)
+		rr.inFlight -= len(addrs)
+	}
+
+	// New candidates, marked once they have been excess for the release delay.
+	budget := keep
+	for a, t := range n.refused {
+		if now.Sub(t) >= e.cfg.ReleaseDelay {
+			delete(n.refused, a)
+		}
+	}
+	if budget > 0 {
+		busy := func(a netip.Addr) bool {
+			_, inHS := states[a]
+			_, refused := n.refused[a]
+			return inUse[a] || inHS || refused
+		}
+		_, cands := PickRelease(*inv, e.cfg.FirstInterfaceIndex, busy, budget)
+		seen := map[netip.Addr]bool{}
+		for _, a := range cands {
+			seen[a] = true
+			since, ok := n.excessSince[a]
+			if !ok {
+				n.excessSince[a] = now
+				continue
+			}
+			if now.Sub(since) >= e.cfg.ReleaseDelay {
+				ts = append(ts, Transition{a, StateNone, StateMarked})
+				delete(n.excessSince, a)
+				rr.marked++
+				rr.inFlight++
+			}
+		}
+		for a := range n.excessSince {
+			if !seen[a] {
+				delete(n.excessSince, a)
+			}
+		}
+	} else {
+		clear(n.excessSince)
+	}
+
+	if len(ts) > 0 {
+		rr.worked++
+		rejected, err := hs.Apply(ctx, q.name, ts)
+		if err != nil {
+			rr.errors++
+			e.log.Warn("eni: handshake write failed", "node", q.name, "err", err)
+		}
+		for _, t := range rejected {
+			e.log.Debug("eni: handshake entry moved meanwhile", "node", q.name, "transition", t.String())
+		}
+	}
+	e.opts.Metrics.countReleased(rr.released)
+	return rr
+}
+
+func poolSignature(inv cloud.NodeInventory) string {
+	var b strings.Builder
+	for _, ifc := range inv.Interfaces {
+		fmt.Fprintf(&b, "%s/%d:", ifc.ID, ifc.Index)
+		for _, a := range ifc.Addresses {
+			b.WriteString(a.String())
+			b.WriteByte(',')
+		}
+		b.WriteByte(';')
+	}
+	return b.String()
+}
+
+func addAddresses(inv *cloud.NodeInventory, id string, addrs []netip.Addr) {
+	for i := range inv.Interfaces {
+		if inv.Interfaces[i].ID == id {
+			ifc := &inv.Interfaces[i]
+			ifc.Addresses = append(append([]netip.Addr(nil), ifc.Addresses...), addrs...)
+			sort.Slice(ifc.Addresses, func(a, b int) bool { return ifc.Addresses[a].Less(ifc.Addresses[b]) })
+		}
+	}
+}
+
+func removeAddresses(inv *cloud.NodeInventory, id string, addrs []netip.Addr) {
+	drop := map[netip.Addr]bool{}
+	for _, a := range addrs {
+		drop[a] = true
+	}
+	for i := range inv.Interfaces {
+		if inv.Interfaces[i].ID != id {
+			continue
+		}
+		var kept []netip.Addr
+		for _, a := range inv.Interfaces[i].Addresses {
+			if !drop[a] {
+				kept = append(kept, a)
+			}
+		}
+		gone := len(inv.Interfaces[i].Addresses) - len(kept)
+		inv.Interfaces[i].Addresses = kept
+		for j := range inv.Subnets {
+			if inv.Subnets[j].ID == inv.Interfaces[i].Subnet {
+				inv.Subnets[j].Free += uint64(gone)
+			}
+		}
+	}
+}
+
+func takeFromSubnet(inv *cloud.NodeInventory, id string, n uint64) {
+	for i := range inv.Subnets {
+		if inv.Subnets[i].ID == id {
+			inv.Subnets[i].Free -= min(n, inv.Subnets[i].Free)
+		}
+	}
+}
+
+func setSubnetFree(inv *cloud.NodeInventory, id string, free uint64) {
+	for i := range inv.Subnets {
+		if inv.Subnets[i].ID == id {
+			inv.Subnets[i].Free = free
+		}
+	}
+}

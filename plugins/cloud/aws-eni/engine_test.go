@@ -1,0 +1,218 @@
+package awseni_test
+
+import (
+	"math/rand"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/allot-ipam/allot/core/eni"
+	awseni "github.com/allot-ipam/allot/plugins/cloud/aws-eni"
+	"github.com/allot-ipam/allot/test/ec2fake"
+)
+
+// capacity is how many pod addresses a type can carry with first-interface-index 0.
+func capacity(typ string) int {
+	l := ec2fake.DefaultTypeLimits[typ]
+	return l.ENIs * (l.IPv4PerENI - 1)
+}
+
+func TestTwentyNodesScaleUpAndDown(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow: 20 nodes against the EC2 fake")
+	}
+	h := newHarness(t, setup{
+		subnets: []netip.Prefix{netip.MustParsePrefix("10.1.0.0/20")},
+		types:   []string{"m5.large", "m5.xlarge", "c5.4xlarge", "t3.medium", "m5.2xlarge"},
+		nodes:   20,
+	})
+	rnd := rand.New(rand.NewSource(1))
+	// Scale up: each node runs up to its capacity minus pre-allocate.
+	for _, n := range h.nodes {
+		n.want = 1 + rnd.Intn(capacity(n.ref.InstanceType)-8)
+	}
+	h.converge(30, time.Second, false)
+	for _, n := range h.nodes {
+		st, _ := h.engine.Status(n.ref.Name)
+		if st.Available < n.want+8 && st.Blocked == "" {
+			t.Errorf("%s: available %d < used %d + pre-allocate 8", n.ref.Name, st.Available, n.want)
+		}
+	}
+	up := h.mutatingCalls()
+
+	// Scale down to a few pods: after the release delay the excess goes back to EC2 through
+	// the handshake, and every node settles at used + pre-allocate.
+	for _, n := range h.nodes {
+		n.want = rnd.Intn(3)
+	}
+	rounds := h.converge(40, 61*time.Second, true)
+	for _, n := range h.nodes {
+		st, _ := h.engine.Status(n.ref.Name)
+		if st.Available != len(n.pods)+8 {
+			t.Errorf("%s: available %d after scale-down, want %d", n.ref.Name, st.Available, len(n.pods)+8)
+		}
+	}
+	if st := h.fake.Stats()["UnassignPrivateIpAddresses"]; st.OK == 0 {
+		t.Fatal("nothing was released")
+	}
+	// ENIs are never removed.
+	if st := h.fake.Stats()["DeleteNetworkInterface"]; st.Calls != 0 {
+		t.Fatalf("ENIs deleted: %+v", st)
+	}
+	t.Logf("scale-up: %d mutating calls; scale-down converged in %d rounds, %d mutating calls in all", up, rounds, h.mutatingCalls())
+
+	// Scale up again: the addresses come back.
+	for _, n := range h.nodes {
+		n.want = 1 + rnd.Intn(capacity(n.ref.InstanceType)-8)
+	}
+	h.converge(30, time.Second, false)
+}
+
+func TestFullSubnetSendsNewENIsElsewhere(t *testing.T) {
+	// eth0's subnet is a /26 (59 usable, 4 taken by primaries); nodes need far more.
+	h := newHarness(t, setup{
+		subnets: []netip.Prefix{netip.MustParsePrefix("10.1.0.0/26"), netip.MustParsePrefix("10.2.0.0/22")},
+		types:   []string{"m5.xlarge"},
+		nodes:   4,
+	})
+	for _, n := range h.nodes {
+		n.want = 30
+	}
+	h.converge(30, time.Second, false)
+	// 4 nodes x (30 used + 8 pre-allocated) cannot fit the first subnet's 55 free addresses.
+	spilled := 0
+	for _, e := range h.fake.ENIs() {
+		if e.Attachment != nil && e.Attachment.DeviceIndex > 0 {
+			if e.Subnet == h.subnets[1] {
+				spilled++
+			}
+			if !e.Attachment.DeleteOnTermination || e.Tags["allot.io/node"] == "" || e.Description == "" {
+				t.Errorf("%s: delete-on-termination %v, tags %v, description %q", e.ID, e.Attachment.DeleteOnTermination, e.Tags, e.Description)
+			}
+			if len(e.SecurityGroups) != 1 {
+				t.Errorf("%s: security groups %v, want eth0's", e.ID, e.SecurityGroups)
+			}
+		}
+	}
+	if spilled == 0 {
+		t.Fatal("no ENI was created in the second subnet")
+	}
+}
+
+func TestThrottlingAndFaultsStillConverge(t *testing.T) {
+	h := newHarness(t, setup{
+		fake:    ec2fake.Options{Throttle: true, Seed: 3},
+		subnets: []netip.Prefix{netip.MustParsePrefix("10.1.0.0/20")},
+		types:   []string{"m5.xlarge", "c5.4xlarge", "m5.large"},
+		nodes:   6,
+	})
+	// 20% throttling plus 5% 5xx, on top of the AWS-sized token buckets.
+	h.fake.SetRandomFault("", 0.20, "RequestLimitExceeded")
+	h.fake.SetRandomFault("", 0.03, "InternalError")
+	h.fake.SetRandomFault("", 0.02, "Unavailable")
+	for _, n := range h.nodes {
+		n.want = capacity(n.ref.InstanceType) - 8
+	}
+	h.converge(60, time.Second, false)
+	errs := 0
+	for _, st := range h.fake.Stats() {
+		for _, c := range st.Errors {
+			errs += c
+		}
+	}
+	if errs == 0 {
+		t.Fatal("no fault was injected")
+	}
+	counts := h.metrics.Counts()
+	if counts["AssignPrivateIpAddresses"]["RequestLimitExceeded"]+counts["CreateNetworkInterface"]["RequestLimitExceeded"]+
+		counts["AttachNetworkInterface"]["RequestLimitExceeded"]+counts["DescribeInstances"]["RequestLimitExceeded"] == 0 {
+		t.Logf("metrics: %v", counts)
+	}
+	t.Logf("faults injected: %d; calls: %v", errs, counts)
+}
+
+func TestRestartResumesFromEC2(t *testing.T) {
+	h := newHarness(t, setup{
+		subnets: []netip.Prefix{netip.MustParsePrefix("10.1.0.0/20")},
+		types:   []string{"m5.xlarge", "t3.medium"},
+		nodes:   4,
+	})
+	for _, n := range h.nodes {
+		n.want = capacity(n.ref.InstanceType) - 8
+	}
+	h.converge(20, time.Second, false)
+	before := h.fake.ENIs()
+	calls := h.mutatingCalls()
+
+	h.restart()
+	h.converge(5, time.Second, false)
+	if got := h.mutatingCalls(); got != calls {
+		t.Fatalf("restart made %d mutating calls", got-calls)
+	}
+	after := h.fake.ENIs()
+	if len(after) != len(before) {
+		t.Fatalf("ENIs %d -> %d", len(before), len(after))
+	}
+	for i := range before {
+		if len(before[i].Secondary) != len(after[i].Secondary) {
+			t.Fatalf("%s: %d -> %d addresses", before[i].ID, len(before[i].Secondary), len(after[i].Secondary))
+		}
+	}
+}
+
+// TestRestartDuringHandshake: the operator restarts with addresses marked and answered; the
+// new one picks the entries up from the handshake and finishes the release.
+func TestRestartDuringHandshake(t *testing.T) {
+	h := newHarness(t, setup{
+		subnets: []netip.Prefix{netip.MustParsePrefix("10.1.0.0/20")},
+		types:   []string{"m5.xlarge"},
+		nodes:   2,
+	})
+	for _, n := range h.nodes {
+		n.want = 30
+	}
+	h.converge(20, time.Second, false)
+	for _, n := range h.nodes {
+		n.want = 1
+	}
+	// Run until something is marked, then restart.
+	marked := false
+	for i := 0; i < 10 && !marked; i++ {
+		h.agents()
+		res := h.engine.Pass(h.ctx)
+		marked = res.Marked > 0
+		h.clock.Advance(61 * time.Second)
+	}
+	if !marked {
+		t.Fatal("nothing marked")
+	}
+	h.restart()
+	h.converge(20, 61*time.Second, true)
+}
+
+func TestBackendCachesInventory(t *testing.T) {
+	h := newHarness(t, setup{
+		subnets: []netip.Prefix{netip.MustParsePrefix("10.1.0.0/20")},
+		types:   []string{"m5.xlarge"},
+		nodes:   50,
+	})
+	h.fake.ResetStats()
+	for i := 0; i < 3; i++ {
+		for _, n := range h.nodes {
+			if _, err := h.backend.Inventory(h.ctx, n.ref); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// One resync: DescribeInstances + DescribeNetworkInterfaces + DescribeSubnets (attempts
+	// the client retried after a transport error are not the backend's doing).
+	retried := 0
+	for _, outcomes := range h.metrics.Counts() {
+		retried += outcomes["error"]
+	}
+	if got := h.fake.Calls("") - retried; got != 3 {
+		t.Fatalf("150 inventories cost %d calls, want 3: %v; client: %v", got, h.fake.Stats(), h.metrics.Counts())
+	}
+	_ = awseni.Name
+	_ = eni.DefaultConfig
+}
