@@ -13,6 +13,9 @@ type Cloud struct {
 	Node CloudNode `koanf:"node"`
 	// Pools are topped up from the backend at start.
 	Pools []CloudPool `koanf:"pools"`
+	// Backends configures built-in cloud backends by name, e.g.
+	// {"aws-eni": {"region": "eu-west-1"}}.
+	Backends map[string]map[string]any `koanf:"backends"`
 }
 
 // CloudNode is what a backend needs to find the node.
@@ -27,7 +30,7 @@ type CloudNode struct {
 // CloudPool is one pool filled by a cloud backend.
 type CloudPool struct {
 	Name string `koanf:"name"`
-	// Backend names the cloud-backend plugin.
+	// Backend names a cloud-backend plugin from plugins, or a built-in backend (aws-eni).
 	Backend string `koanf:"backend"`
 	// Family is ipv4 or ipv6.
 	Family string `koanf:"family"`
@@ -60,8 +63,10 @@ func (c *Config) validateCloud() []error {
 		} else {
 			taken[p.Name] = f
 		}
-		if !slices.ContainsFunc(c.Plugins, func(pl Plugin) bool { return pl.Name == p.Backend && pl.Kind == "cloud-backend" }) {
-			add(f+".backend", "%q is not a cloud-backend plugin listed in plugins", p.Backend)
+		if p.Backend == "" {
+			add(f+".backend", "must name a cloud-backend plugin or a built-in backend")
+		} else if i := slices.IndexFunc(c.Plugins, func(pl Plugin) bool { return pl.Name == p.Backend }); i >= 0 && c.Plugins[i].Kind != "cloud-backend" {
+			add(f+".backend", "plugin %q is a %s, not a cloud-backend", p.Backend, c.Plugins[i].Kind)
 		}
 		if p.Family != "ipv4" && p.Family != "ipv6" {
 			add(f+".family", "%q is not ipv4 or ipv6", p.Family)

@@ -9,6 +9,7 @@ import (
 	"github.com/allot-ipam/allot/core/api"
 	"github.com/allot-ipam/allot/core/cloudpool"
 	"github.com/allot-ipam/allot/core/ipam"
+	cloudbackends "github.com/allot-ipam/allot/plugins/cloud"
 	"github.com/allot-ipam/allot/sdk/cloud"
 )
 
@@ -27,16 +28,17 @@ func (d *Daemon) fillCloudPools(ctx context.Context) ([]ipam.PoolSpec, error) {
 	}
 	node := cloud.NodeRef{Name: n.Name, ProviderID: n.ProviderID, InstanceType: n.InstanceType, Zone: n.Zone}
 	var out []ipam.PoolSpec
+	builtins := map[string]cloud.CloudBackend{}
 	for i, cp := range d.cfg.Cloud.Pools {
-		l := d.plugins.Loaded(cp.Backend)
-		if l == nil || l.CloudBackend == nil {
-			return nil, fmt.Errorf("cloud.pools[%d].backend: %q is not a loaded cloud-backend plugin", i, cp.Backend)
+		backend, err := d.cloudBackend(ctx, cp.Backend, builtins)
+		if err != nil {
+			return nil, fmt.Errorf("cloud.pools[%d].backend: %w", i, err)
 		}
 		req := cloudpool.Request{Name: cp.Name, Node: node, Family: cloud.Family(cp.Family), Want: cp.Addresses, Interface: cp.Interface}
 		if cp.Gateway != "" {
 			req.Gateway = netip.MustParseAddr(cp.Gateway) // validated with the config
 		}
-		res, err := cloudpool.Fill(ctx, l.CloudBackend, req, d.log.With("component", "cloudpool"))
+		res, err := cloudpool.Fill(ctx, backend, req, d.log.With("component", "cloudpool"))
 		if err != nil {
 			return nil, fmt.Errorf("cloud.pools[%d]: %w", i, err)
 		}
@@ -47,4 +49,27 @@ func (d *Daemon) fillCloudPools(ctx context.Context) ([]ipam.PoolSpec, error) {
 		out = append(out, spec)
 	}
 	return out, nil
+}
+
+// cloudBackend resolves a backend name: a loaded plugin first, then a built-in (built once
+// and shared by the pools that name it).
+func (d *Daemon) cloudBackend(ctx context.Context, name string, built map[string]cloud.CloudBackend) (cloud.CloudBackend, error) {
+	if l := d.plugins.Loaded(name); l != nil {
+		if l.CloudBackend == nil {
+			return nil, fmt.Errorf("plugin %q is a %s, not a cloud-backend", name, l.Kind)
+		}
+		return l.CloudBackend, nil
+	}
+	if b, ok := built[name]; ok {
+		return b, nil
+	}
+	if _, ok := cloudbackends.Lookup(name); !ok {
+		return nil, fmt.Errorf("%q is neither a loaded cloud-backend plugin nor a built-in backend (%s)", name, cloudbackends.Names())
+	}
+	b, err := cloudbackends.New(ctx, name, d.cfg.Cloud.Backends[name], d.log.With("component", "cloud", "backend", name))
+	if err != nil {
+		return nil, fmt.Errorf("cloud.backends.%s: %w", name, err)
+	}
+	built[name] = b
+	return b, nil
 }
