@@ -55,6 +55,7 @@ type Daemon struct {
 // New prepares the daemon: opens the store, restores allocations, loads plugins and opens
 // the listeners. Serve starts answering.
 func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Daemon, err error) {
+	tuneGC()
 	d := &Daemon{cfg: cfg, log: log, reg: prometheus.NewRegistry()}
 	d.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	defer func() {
