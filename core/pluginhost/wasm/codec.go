@@ -9,34 +9,17 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// This file is the only one that knows how requests and decisions are encoded on the way
-// into and out of the guest: protobuf messages of sdk/proto/pluginv1, converted by
-// sdk/wire, the same as the go-plugin transport uses.
+// This file and encode.go are the only ones that know how requests and decisions are encoded
+// on the way into and out of the guest: protobuf messages of sdk/proto/pluginv1, converted
+// by sdk/wire, the same as the go-plugin transport uses. Node requests (rare) go through
+// the generated messages; pod requests, the hot path, through encode.go's direct encoder.
 
 // marshalOpts: no Deterministic, because the guest decodes labels into Go maps anyway and
 // sorting map keys on every request costs time for nothing.
 var marshalOpts = proto.MarshalOptions{}
 
-func appendPodRequest(dst []byte, req *policy.PodRequest) ([]byte, error) {
-	return marshalOpts.MarshalAppend(dst, wire.PodRequestToProto(req))
-}
-
 func appendNodeRequest(dst []byte, req *policy.NodeRequest) ([]byte, error) {
 	return marshalOpts.MarshalAppend(dst, wire.NodeRequestToProto(req))
-}
-
-// decodePodDecision decodes a frame body. b may be a view into guest memory: proto.Unmarshal
-// copies every string it keeps, so the result does not alias b.
-func decodePodDecision(b []byte) (policy.PodDecision, error) {
-	var m pb.PodDecision
-	if err := proto.Unmarshal(b, &m); err != nil {
-		return policy.PodDecision{}, fmt.Errorf("%w: decode pod decision: %v", ErrABI, err)
-	}
-	d, err := wire.PodDecisionFromProto(&m)
-	if err != nil {
-		return policy.PodDecision{}, fmt.Errorf("%w: %w", ErrABI, err)
-	}
-	return d, nil
 }
 
 func decodeNodeDecision(b []byte) (policy.NodeDecision, error) {

@@ -107,6 +107,9 @@ type Plugin struct {
 	initTimeout time.Duration
 	info        pluginInfo
 	contract    string
+	// instrumented: the module carries the interrupt global and loop checks (interrupt.go)
+	// and the runtime runs without WithCloseOnContextDone.
+	instrumented bool
 
 	// slots holds one entry per instance the plugin may have: an idle instance, or nil for
 	// an empty slot that the next caller fills. Taking an entry is the right to run one
@@ -128,6 +131,9 @@ type Plugin struct {
 }
 
 var _ policy.PoolPolicy = (*Plugin)(nil)
+
+// instrumentModule is instrument, replaceable by tests to exercise the fallback.
+var instrumentModule = instrument
 
 // compilationCache is shared by every Plugin of the process, so re-opening a plugin (a
 // config reload, a test) reuses the machine code instead of compiling again.
@@ -151,19 +157,30 @@ func Open(ctx context.Context, cfg Config, logger *slog.Logger) (*Plugin, error)
 		return nil, wrap(err)
 	}
 
+	// Deadlines are enforced by instrumenting the module (interrupt.go); a module the
+	// instrumentation cannot handle falls back to wazero's own, much slower, mechanism.
+	instrumented := true
+	if ic, ierr := instrumentModule(code); ierr != nil {
+		instrumented = false
+		logger.Warn("wasm module not instrumented; deadlines enforced by wazero instead (slower calls)",
+			"plugin", cfg.Name, "reason", ierr)
+	} else {
+		code = ic
+	}
 	rtCfg := wazero.NewRuntimeConfig(). // the compiler where wazero supports it, else the interpreter
 						WithCompilationCache(compilationCache).
-						WithCloseOnContextDone(true).
+						WithCloseOnContextDone(!instrumented).
 						WithMemoryLimitPages(uint32(cfg.MemoryLimitMiB) * 16) // 64 KiB pages
 	rt := wazero.NewRuntimeWithConfig(ctx, rtCfg)
 	p := &Plugin{
-		cfg:         cfg,
-		log:         logger.With("plugin", cfg.Name, "transport", Transport),
-		rt:          rt,
-		seed:        sum,
-		initTimeout: max(10*cfg.Timeout, 5*time.Second),
-		slots:       make(chan *instance, cfg.Instances),
-		closing:     make(chan struct{}),
+		cfg:          cfg,
+		instrumented: instrumented,
+		log:          logger.With("plugin", cfg.Name, "transport", Transport),
+		rt:           rt,
+		seed:         sum,
+		initTimeout:  max(10*cfg.Timeout, 5*time.Second),
+		slots:        make(chan *instance, cfg.Instances),
+		closing:      make(chan struct{}),
 	}
 	fail := func(err error) (*Plugin, error) {
 		_ = rt.Close(ctx)
@@ -313,9 +330,7 @@ func signature(params, results []api.ValueType) string {
 // handshake reads the guest's contract version (refusing an incompatible one) and its
 // optional plugin info.
 func (p *Plugin) handshake(ctx context.Context, in *instance) error {
-	ctx, cancel := context.WithTimeout(ctx, p.initTimeout)
-	defer cancel()
-	v, err := in.callString(ctx, exportContractVersion)
+	v, err := in.callString(ctx, p.initTimeout, exportContractVersion)
 	if err != nil {
 		return fmt.Errorf("read contract version: %w", p.classify(err, in))
 	}
@@ -324,7 +339,7 @@ func (p *Plugin) handshake(ctx context.Context, in *instance) error {
 	}
 	p.contract = v
 	if in.mod.ExportedFunction(exportPluginInfo) != nil {
-		b, err := in.callString(ctx, exportPluginInfo)
+		b, err := in.callString(ctx, p.initTimeout, exportPluginInfo)
 		if err != nil {
 			return fmt.Errorf("read plugin info: %w", p.classify(err, in))
 		}
@@ -410,9 +425,7 @@ func (p *Plugin) invoke(ctx context.Context, op string, which export,
 	if which == selectNode {
 		fn = in.selectNode
 	}
-	callCtx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
-	frame, err := in.call(callCtx, fn, req)
-	cancel()
+	frame, err := in.call(ctx, p.cfg.Timeout, fn, req)
 	if err != nil {
 		err = p.classify(err, in)
 		p.discard(in)
@@ -446,6 +459,19 @@ func (p *Plugin) invoke(ctx context.Context, op string, which export,
 func (p *Plugin) classify(err error, in *instance) error {
 	if errors.Is(err, ErrABI) {
 		return fmt.Errorf("%w; instance replaced", err)
+	}
+	var intr *errInterrupted
+	if errors.As(err, &intr) {
+		switch {
+		case intr.reason == callTimedOut:
+			p.timeouts.Add(1)
+			return fmt.Errorf("%w (per-call timeout %s): %w; instance replaced", ErrTimeout, intr.timeout, context.DeadlineExceeded)
+		case errors.Is(intr.ctxErr, context.DeadlineExceeded):
+			p.timeouts.Add(1)
+			return fmt.Errorf("%w (caller's deadline): %w; instance replaced", ErrTimeout, context.DeadlineExceeded)
+		default:
+			return fmt.Errorf("call canceled: %w; instance replaced", context.Canceled)
+		}
 	}
 	var exit *sys.ExitError
 	if errors.As(err, &exit) {

@@ -57,8 +57,8 @@ func moduleConfig(seed [32]byte, out *captureBuffer) wazero.ModuleConfig {
 	clk := &virtualClock{}
 	res := sys.ClockResolution(clockStep)
 	return wazero.NewModuleConfig().
-		WithName(""). // anonymous: many instances of one compiled module in one runtime
-		WithStartFunctions(exportInitialize).
+		WithName("").         // anonymous: many instances of one compiled module in one runtime
+		WithStartFunctions(). // newInstance runs _initialize itself, under the watchdog
 		WithStdout(out).
 		WithStderr(out).
 		WithRandSource(rand.NewChaCha8(seed)).

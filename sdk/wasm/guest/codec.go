@@ -1,7 +1,6 @@
 package guest
 
 import (
-	"bytes"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -235,7 +234,7 @@ func decodePodRequest(b []byte) (*policy.PodRequest, error) {
 			r.adopt(&s)
 		case podReqNamespace:
 			s := r.sub(typ, "namespace")
-			if nsBytes = s.b; podCache.ns != nil && bytes.Equal(s.b, podCache.ns) {
+			if nsBytes = s.b; podCache.ns != nil && equalBytes(s.b, podCache.ns) {
 				out.Namespace = podCache.nsVal
 				continue
 			}
@@ -243,7 +242,7 @@ func decodePodRequest(b []byte) (*policy.PodRequest, error) {
 			r.adopt(&s)
 		case podReqNode:
 			s := r.sub(typ, "node")
-			if nodeBytes = s.b; podCache.node != nil && bytes.Equal(s.b, podCache.node) {
+			if nodeBytes = s.b; podCache.node != nil && equalBytes(s.b, podCache.node) {
 				out.Node = podCache.nodeVal
 				continue
 			}

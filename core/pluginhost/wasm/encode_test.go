@@ -1,0 +1,144 @@
+package wasm
+
+import (
+	"bytes"
+	"errors"
+	"net/netip"
+	"reflect"
+	"testing"
+
+	"github.com/allot-ipam/allot/sdk/policy"
+	pb "github.com/allot-ipam/allot/sdk/proto/pluginv1"
+	"github.com/allot-ipam/allot/sdk/wire"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+)
+
+// richRequest sets every field of a pod request, with maps of several keys (sorted on the
+// wire) and a pool body longer than 127 bytes (a two-byte length).
+func richRequest() *policy.PodRequest {
+	sel := &policy.LabelSelector{
+		MatchLabels: map[string]string{"zone": "a", "rack": "r1", "tier": ""},
+		MatchExpressions: []policy.Requirement{
+			{Key: "tier", Operator: policy.OpIn, Values: []string{"web", "", "api"}},
+			{Key: "gpu", Operator: policy.OpDoesNotExist},
+		},
+	}
+	r := podRequest("web-0", map[string]string{"app": "web", "allot.io/pool": "blue", "b": "", "": "x"})
+	r.Namespace.Annotations = map[string]string{"x": "y", "a": "b"}
+	r.CNI = policy.CNIRequest{IfName: "net1", Network: "allot", MultusName: "prod/macvlan",
+		Pools: []string{"a", ""}, DefaultIPv4Pools: []string{"v4"}, DefaultIPv6Pools: []string{"v6a", "v6b"}}
+	r.Pools = append(r.Pools, policy.PoolView{
+		Name: "blue", Family: policy.IPv4,
+		CIDRs:  []netip.Prefix{netip.MustParsePrefix("10.0.0.0/16"), netip.MustParsePrefix("fd00::/64"), {}},
+		Subnet: "subnet-a", Total: 65536 + 256, Free: 1 << 40,
+		Default: true, Disabled: true, Terminating: true,
+		Excluded: []string{"10.0.0.1", "10.0.0.2-10.0.0.9"}, Reserved: []string{"10.0.0.10"},
+		AllExcluded: true, AllReserved: true,
+		NodeName: []string{"node-1"}, NodeAffinity: sel,
+		NamespaceName: []string{"prod", "dev"}, NamespaceAffinity: &policy.LabelSelector{},
+		PodAffinity: sel, MultusName: []string{"prod/macvlan"},
+	}, policy.PoolView{Name: "odd", Family: policy.Family("ipv9")})
+	big := map[string]string{}
+	for i := range 40 { // more keys than the encoder's stack array
+		big[string(rune('a'+i%26))+string(rune('A'+i))] = "v"
+	}
+	r.Node.Labels = big
+	return r
+}
+
+func TestAppendPodRequestMatchesProtoMarshal(t *testing.T) {
+	for _, r := range []*policy.PodRequest{richRequest(), podRequest("p", nil), {}} {
+		want, err := proto.Marshal(wire.PodRequestToProto(r))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := appendPodRequest([]byte("prefix"), r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got[6:], want) || string(got[:6]) != "prefix" {
+			t.Errorf("encodings differ:\n got %x\nwant %x", got[6:], want)
+		}
+	}
+}
+
+func TestAppendPodRequestInvalidUTF8(t *testing.T) {
+	r := podRequest("p", map[string]string{"k": "\xff"})
+	if _, err := proto.Marshal(wire.PodRequestToProto(r)); err == nil {
+		t.Fatal("proto.Marshal accepted invalid UTF-8; the test's premise is wrong")
+	}
+	_, err := appendPodRequest(nil, r)
+	if err == nil {
+		t.Fatal("invalid UTF-8 accepted")
+	}
+	mustContain(t, err.Error(), "pod.labels")
+}
+
+func TestDecodePodDecisionMatchesProto(t *testing.T) {
+	cand := func(pool string) []byte {
+		return protowire.AppendString(protowire.AppendTag(nil, fCandPool, protowire.BytesType), pool)
+	}
+	valid := []policy.PodDecision{
+		{Code: policy.Decided, Reason: "r", Source: "s", IPv4: policy.Candidates("a", "b", "c"), IPv6: policy.Candidates("d", "e")},
+		{Code: policy.NoFit, Reason: "none"},
+		{Code: policy.Skip},
+	}
+	var inputs [][]byte
+	for _, d := range valid {
+		b, err := proto.Marshal(wire.PodDecisionToProto(d))
+		if err != nil {
+			t.Fatal(err)
+		}
+		inputs = append(inputs, b)
+	}
+	unknown := protowire.AppendTag(inputs[0], 99, protowire.BytesType)
+	unknown = protowire.AppendString(unknown, "future field")
+	wrongType := protowire.AppendVarint(protowire.AppendTag(inputs[1], fDecReason, protowire.VarintType), 5)
+	emptyCand := protowire.AppendBytes(protowire.AppendTag(inputs[2], fDecIPv4, protowire.BytesType), nil)
+	candExtra := protowire.AppendBytes(protowire.AppendTag(inputs[2], fDecIPv6, protowire.BytesType),
+		protowire.AppendVarint(protowire.AppendTag(cand("x"), 7, protowire.VarintType), 1))
+	inputs = append(inputs, unknown, wrongType, emptyCand, candExtra,
+		[]byte{0xff}, []byte{0x12, 0x05, 'a'}, protowire.AppendString(protowire.AppendTag(nil, fDecReason, protowire.BytesType), "\xff"),
+		protowire.AppendVarint(protowire.AppendTag(nil, fDecCode, protowire.VarintType), 77), nil)
+	for i, b := range inputs {
+		got, gerr := decodePodDecision(b)
+		var m pb.PodDecision
+		want, werr := policy.PodDecision{}, proto.Unmarshal(b, &m)
+		if werr == nil {
+			want, werr = wire.PodDecisionFromProto(&m)
+		}
+		if (gerr == nil) != (werr == nil) || !reflect.DeepEqual(got, want) {
+			t.Errorf("input %d (%x): got %+v, %v; want %+v, %v", i, b, got, gerr, want, werr)
+		}
+		if gerr != nil && !errors.Is(gerr, ErrABI) {
+			t.Errorf("input %d: error %v is not ErrABI", i, gerr)
+		}
+	}
+}
+
+func FuzzDecodePodDecision(f *testing.F) {
+	b, _ := proto.Marshal(wire.PodDecisionToProto(policy.PodDecision{Code: policy.Decided, Reason: "r", IPv4: policy.Candidates("a")}))
+	f.Add(b)
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		got, gerr := decodePodDecision(b)
+		var m pb.PodDecision
+		if proto.Unmarshal(b, &m) != nil {
+			return // the proto library may be stricter about malformed input; both refuse or we do
+		}
+		want, werr := wire.PodDecisionFromProto(&m)
+		if (gerr == nil) != (werr == nil) || (gerr == nil && !reflect.DeepEqual(got, want)) {
+			t.Errorf("decoders disagree on %x: got %+v, %v; want %+v, %v", b, got, gerr, want, werr)
+		}
+	})
+}
+
+func BenchmarkAppendPodRequest(b *testing.B) {
+	req := podRequest("web", map[string]string{"allot.io/pool": "pool-v4-07"})
+	var buf []byte
+	b.ReportAllocs()
+	for b.Loop() {
+		buf, _ = appendPodRequest(buf[:0], req)
+	}
+}
