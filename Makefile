@@ -30,7 +30,7 @@ run: build
 deps:
 	@bash hack/install-deps.sh $(DATAPATH_APT_PACKAGES)
 
-test: deps cni-tools lint test-unit test-sdk plugins
+test: deps cni-tools kube-binaries lint test-unit test-sdk plugins
 
 test-short:
 	$(GO) test -short ./...

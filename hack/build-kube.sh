@@ -11,6 +11,10 @@ KUBE_VERSION=${KUBE_VERSION:-v1.36.3}
 ETCD_VERSION=${ETCD_VERSION:-v3.6.6}
 CACHE=${ALLOT_CACHE:-$HOME/.cache/allot}
 OUT="$CACHE/kube-$KUBE_VERSION-etcd-$ETCD_VERSION"
+# A binary that does not run (e.g. an etcd built by an older version of this script, which
+# panicked at start) is rebuilt rather than trusted.
+[ -x "$OUT/etcd" ] && ! "$OUT/etcd" --version >/dev/null 2>&1 && rm -f "$OUT/etcd"
+[ -x "$OUT/kube-apiserver" ] && ! "$OUT/kube-apiserver" --version >/dev/null 2>&1 && rm -f "$OUT/kube-apiserver"
 if [ -x "$OUT/kube-apiserver" ] && [ -x "$OUT/etcd" ]; then echo "$OUT"; exit 0; fi
 mkdir -p "$OUT"
 work=$(mktemp -d)
@@ -27,9 +31,14 @@ GOMOD
   cat > main.go <<'GO'
 package main
 
-import "go.etcd.io/etcd/server/v3/etcdmain"
+import (
+	"os"
 
-func main() { etcdmain.Main(nil) }
+	"go.etcd.io/etcd/server/v3/etcdmain"
+)
+
+// etcdmain.Main reads its flags from the slice it is given (nil panics).
+func main() { etcdmain.Main(os.Args) }
 GO
   go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION" >&2
   go mod tidy >&2
@@ -53,10 +62,11 @@ import _ "k8s.io/kubernetes/cmd/kube-apiserver"
 
 func main() {}
 GO
-  # The staging modules are required at v0.0.0 by k8s.io/kubernetes; pin every one of them.
+  # The staging modules are required at exactly v0.0.0 by k8s.io/kubernetes; pin every one of them
+  # (not k8s.io/utils and the like, whose v0.0.0-<date>-<hash> pseudo-versions are real).
   go mod download -json "k8s.io/kubernetes@$KUBE_VERSION" > kube.json
   gomod=$(sed -n 's/.*"GoMod": "\(.*\)".*/\1/p' kube.json)
-  for m in $(grep -oE '^\s*k8s\.io/[a-z0-9-]+ v0\.0\.0' "$gomod" | awk '{print $1}' | sort -u); do
+  for m in $(grep -oE '^\s*k8s\.io/[a-z0-9-]+ v0\.0\.0(\s|$)' "$gomod" | awk '{print $1}' | sort -u); do
     go mod edit -replace "$m=$m@$staging_version"
   done
   go mod tidy >&2

@@ -61,6 +61,7 @@ func newRoot(out io.Writer) *cobra.Command {
 			ps, err := c.Plugins(ctx)
 			return ps, func(w *tabwriter.Writer) { printPlugins(w, ps) }, err
 		}),
+		o.clusterCommand(),
 	)
 	root.SetOut(out)
 	return root

@@ -38,6 +38,16 @@ func main() {
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
+			switch cfg.Mode {
+			case "agent":
+				d, err := daemon.NewAgent(ctx, cfg, log)
+				if err != nil {
+					return err
+				}
+				return d.Serve(ctx)
+			case "operator":
+				return daemon.RunOperator(ctx, cfg, log)
+			}
 			d, err := daemon.New(ctx, cfg, log)
 			if err != nil {
 				return err

@@ -300,10 +300,7 @@ func TestReleaseAbortsWhenNoLongerExcess(t *testing.T) {
 	e.Pass(ctx)
 	agent(t, hs, nil) // all 12 ready
 	// Pods come back before the operator acts: 10 used -> excess 2. Only 2 may go.
-	var used []netip.Addr
-	for _, a := range b.inv.Interfaces[0].Addresses[:10] {
-		used = append(used, a)
-	}
+	used := append([]netip.Addr(nil), b.inv.Interfaces[0].Addresses[:10]...)
 	_ = e.UpsertNode(NodeState{Ref: ref, Used: used})
 	r := e.Pass(ctx)
 	if r.Released != 2 {

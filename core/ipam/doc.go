@@ -15,6 +15,11 @@
 //     owner with a request in flight waits for it, then sees its outcome.
 //   - Store writes never use the caller's context: a cancelled request must still learn
 //     whether its write committed, or memory and disk could disagree.
+//   - In agent mode (Options.Dynamic) the same hold while blocks come and go: a block
+//     overlapping any pool is refused, held addresses are taken in a block before anything
+//     is handed out from it, and a block is removed only while nothing of it is taken
+//     (dynamic.go). An ADD that finds its pools exhausted waits for a block with its owner
+//     still in flight.
 //
 // The lock is held only for the in-memory steps, never across the store commit, so
 // concurrent requests share one fsync (the store group-commits).

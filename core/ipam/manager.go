@@ -43,6 +43,41 @@ type Options struct {
 	Mode         string
 	// Now is the clock (tests).
 	Now func() time.Time
+
+	// Dynamic, if set, makes the pools dynamic (agent mode): pools and their CIDRs come and
+	// go at run time (EnsurePool, AddCIDR, RemoveCIDR), and an ADD whose pool has no free
+	// address waits for one instead of failing at once. See dynamic.go.
+	Dynamic *DynamicOptions
+	// PodContext, if set, completes the policy's input (pod labels and annotations, owner,
+	// namespace, node) before each decision, e.g. from an informer cache. An error fails
+	// the ADD with that error.
+	PodContext func(ctx context.Context, req *policy.PodRequest) error
+	// OnChange, if set, is called whenever the demand on the pools may have changed: an
+	// address taken or freed, a block added or removed, an ADD starting or ending its wait
+	// for an address. It runs with the manager's lock held (so calls come in order): it must
+	// not block or call the manager.
+	OnChange func()
+}
+
+// poolKey names a pool. A pool with both families (a cluster pool with IPv4 and IPv6 CIDRs)
+// is two pools of the same name here, one per family, as the policy contract has it.
+type poolKey struct {
+	name string
+	fam  policy.Family
+}
+
+func famOf(a netip.Addr) policy.Family {
+	if a.Is4() {
+		return policy.IPv4
+	}
+	return policy.IPv6
+}
+
+func keyLess(a, b poolKey) bool {
+	if a.name != b.name {
+		return a.name < b.name
+	}
+	return a.fam < b.fam
 }
 
 type pool struct {
@@ -63,14 +98,20 @@ type Manager struct {
 	log   *slog.Logger
 	start time.Time
 
-	mu        sync.Mutex
-	pools     map[string]*pool
-	poolNames []string // sorted, for deterministic views
-	owners    map[store.Owner]*holding
-	holders   map[netip.Addr]store.Owner
-	inflight  map[store.Owner]chan struct{}
+	mu       sync.Mutex
+	pools    map[poolKey]*pool
+	poolKeys []poolKey // sorted by name then family, for deterministic views
+	owners   map[store.Owner]*holding
+	holders  map[netip.Addr]store.Owner
+	inflight map[store.Owner]chan struct{}
 	// problems found while rebuilding from the store, shown by Status.
 	problems []string
+
+	// Dynamic mode (dynamic.go): ADDs waiting for an address, per pool, and the channel
+	// closed (then replaced) whenever an address may have become free.
+	pending map[poolKey]int
+	waiters int
+	changed chan struct{}
 }
 
 var _ api.Service = (*Manager)(nil)
@@ -93,11 +134,14 @@ func New(ctx context.Context, opts Options) (*Manager, error) {
 		opts:     opts,
 		log:      opts.Logger,
 		start:    opts.Now(),
-		pools:    map[string]*pool{},
+		pools:    map[poolKey]*pool{},
 		owners:   map[store.Owner]*holding{},
 		holders:  map[netip.Addr]store.Owner{},
 		inflight: map[store.Owner]chan struct{}{},
+		pending:  map[poolKey]int{},
+		changed:  make(chan struct{}),
 	}
+	names := map[string]bool{}
 	for _, ps := range opts.Pools {
 		a, err := allocator.New(ps.Allocator)
 		if err != nil {
@@ -107,13 +151,12 @@ func New(ctx context.Context, opts Options) (*Manager, error) {
 		if a.Family() == 6 {
 			fam = policy.IPv6
 		}
-		if _, dup := m.pools[a.Name()]; dup {
+		if names[a.Name()] {
 			return nil, fmt.Errorf("ipam: pool %q defined twice", a.Name())
 		}
-		m.pools[a.Name()] = &pool{alloc: a, spec: ps, family: fam, prefix: ps.Allocator.CIDRs, gateway: ps.Allocator.Gateway}
-		m.poolNames = append(m.poolNames, a.Name())
+		names[a.Name()] = true
+		m.addPoolLocked(poolKey{a.Name(), fam}, &pool{alloc: a, spec: ps, family: fam, prefix: a.CIDRs(), gateway: ps.Allocator.Gateway})
 	}
-	sort.Strings(m.poolNames)
 	if err := m.rebuild(ctx); err != nil {
 		return nil, err
 	}
@@ -140,9 +183,15 @@ func (m *Manager) rebuild(ctx context.Context) error {
 				continue
 			}
 			m.holders[addr] = r.Owner
-			p, ok := m.pools[a.Pool]
+			p, ok := m.pools[poolKey{a.Pool, famOf(addr)}]
 			if !ok {
 				p = m.poolContaining(addr)
+			}
+			if p == nil && m.opts.Dynamic != nil {
+				// Expected in agent mode: the node's blocks are not known yet. AddCIDR marks
+				// the address taken when its block arrives; until then it is held here.
+				m.log.Info("allocation waits for its block", "owner", r.Owner.String(), "addr", addr, "pool", a.Pool)
+				continue
 			}
 			if p == nil {
 				msg := fmt.Sprintf("%s holds %s from pool %q, which is no longer configured", r.Owner, addr, a.Pool)
@@ -160,12 +209,19 @@ func (m *Manager) rebuild(ctx context.Context) error {
 }
 
 func (m *Manager) poolContaining(a netip.Addr) *pool {
-	for _, n := range m.poolNames {
-		if m.pools[n].alloc.Contains(a) {
-			return m.pools[n]
+	for _, k := range m.poolKeys {
+		if k.fam == famOf(a) && m.pools[k].alloc.Contains(a) {
+			return m.pools[k]
 		}
 	}
 	return nil
+}
+
+// addPoolLocked registers p under k, keeping poolKeys sorted.
+func (m *Manager) addPoolLocked(k poolKey, p *pool) {
+	m.pools[k] = p
+	i := sort.Search(len(m.poolKeys), func(i int) bool { return !keyLess(m.poolKeys[i], k) })
+	m.poolKeys = slices.Insert(m.poolKeys, i, k)
 }
 
 // acquire waits until no other request for o is in flight and marks o as in flight.
@@ -266,6 +322,9 @@ func (m *Manager) allocate(ctx context.Context, req *api.AllocateRequest) (*api.
 
 	m.mu.Lock()
 	addrs, err := m.takeLocked(req, decision, requested)
+	if err != nil && m.opts.Dynamic != nil && api.CodeOf(err) == api.CodeExhausted {
+		addrs, err = m.waitAndTakeLocked(ctx, req, decision, requested)
+	}
 	if err != nil {
 		m.done(owner)
 		m.mu.Unlock()
@@ -290,6 +349,7 @@ func (m *Manager) allocate(ctx context.Context, req *api.AllocateRequest) (*api.
 		for _, a := range addrs {
 			m.freeLocked(a)
 		}
+		m.broadcastLocked()
 		m.log.Error("allocation not persisted; addresses returned to their pools", "owner", owner.String(), "err", perr)
 		return nil, api.Errorf(api.CodeUnavailable, "store: %v", perr)
 	}
@@ -299,6 +359,7 @@ func (m *Manager) allocate(ctx context.Context, req *api.AllocateRequest) (*api.
 		m.opts.Metrics.allocated(a.Pool)
 	}
 	m.updatePoolMetricsLocked()
+	m.changedLocked()
 	m.log.Debug("allocated", "owner", owner.String(), "network", req.Network, "pod", req.Pod.Namespace+"/"+req.Pod.Name, "addresses", addrStrings(addrs))
 	return m.allocationOf(rec), nil
 }
@@ -350,6 +411,17 @@ func (m *Manager) decide(ctx context.Context, req *api.AllocateRequest, views []
 		},
 		Namespace: policy.Namespace{Name: req.Pod.Namespace},
 		Pools:     views,
+	}
+	if m.opts.PodContext != nil {
+		if err := m.opts.PodContext(pctx, preq); err != nil {
+			if api.CodeOf(err) == api.CodeInternal {
+				var e *api.Error
+				if !errors.As(err, &e) {
+					err = api.Errorf(api.CodeUnavailable, "pod %s/%s: %v", req.Pod.Namespace, req.Pod.Name, err)
+				}
+			}
+			return policy.PodDecision{}, err
+		}
 	}
 	d, err := pol.SelectPodPools(pctx, preq)
 	if err != nil {
@@ -447,12 +519,9 @@ func (m *Manager) takeRequestedLocked(o api.Owner, idx int, a netip.Addr, cands 
 func (m *Manager) takeNextLocked(fam policy.Family, cands []policy.Candidate) (store.Address, error) {
 	var tried []string
 	for _, c := range cands {
-		p, ok := m.pools[c.Pool]
+		p, ok := m.pools[poolKey{c.Pool, fam}]
 		if !ok {
-			return store.Address{}, api.Errorf(api.CodeNotFound, "pool %q chosen by the policy does not exist", c.Pool)
-		}
-		if p.family != fam {
-			return store.Address{}, api.Errorf(api.CodeInternal, "policy chose pool %q (%s) for %s", c.Pool, p.family, fam)
+			return store.Address{}, api.Errorf(api.CodeNotFound, "pool %q chosen by the policy has no %s addresses", c.Pool, fam.Label())
 		}
 		a, err := p.alloc.AllocateNext()
 		if errors.Is(err, allocator.ErrExhausted) {
@@ -481,7 +550,7 @@ func (m *Manager) addressOf(p *pool, a netip.Addr) store.Address {
 
 func (m *Manager) freeLocked(a store.Address) {
 	addr := a.Prefix.Addr()
-	if p, ok := m.pools[a.Pool]; ok {
+	if p, ok := m.pools[poolKey{a.Pool, famOf(addr)}]; ok && p.alloc.Contains(addr) {
 		if err := p.alloc.Release(addr); err != nil && !errors.Is(err, allocator.ErrNotAllocated) {
 			m.log.Warn("releasing address", "addr", addr, "pool", a.Pool, "err", err)
 		}
@@ -531,7 +600,9 @@ func (m *Manager) release(ctx context.Context, o api.Owner) error {
 		}
 		m.opts.Metrics.released(a.Pool)
 	}
+	m.broadcastLocked()
 	m.updatePoolMetricsLocked()
+	m.changedLocked()
 	m.log.Debug("released", "owner", owner.String(), "addresses", addrStrings(h.rec.Addresses))
 	return nil
 }
@@ -631,7 +702,7 @@ func (m *Manager) allocationOf(r store.Record) *api.Allocation {
 			ip.Gateway = a.Gateway.String()
 		}
 		out.IPs = append(out.IPs, ip)
-		if p, ok := m.pools[a.Pool]; ok {
+		if p, ok := m.pools[poolKey{a.Pool, famOf(a.Prefix.Addr())}]; ok {
 			out.Routes = append(out.Routes, p.spec.Routes...)
 		}
 	}

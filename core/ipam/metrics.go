@@ -36,10 +36,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"pool"}),
 		usable: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "allot_ipam_pool_addresses_usable", Help: "Addresses a pool can hand out (saturating at 2^64-1).",
-		}, []string{"pool"}),
+		}, []string{"pool", "family"}),
 		used: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "allot_ipam_pool_addresses_used", Help: "Addresses of a pool in use.",
-		}, []string{"pool"}),
+		}, []string{"pool", "family"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.requests, m.allocs, m.releases, m.exhaustion, m.usable, m.used)
@@ -59,7 +59,12 @@ func (m *Metrics) allocated(pool string) { m.allocs.WithLabelValues(pool).Inc() 
 func (m *Metrics) released(pool string)  { m.releases.WithLabelValues(pool).Inc() }
 func (m *Metrics) exhausted(pool string) { m.exhaustion.WithLabelValues(pool).Inc() }
 
-func (m *Metrics) pool(name string, usable, used uint64) {
-	m.usable.WithLabelValues(name).Set(float64(usable))
-	m.used.WithLabelValues(name).Set(float64(used))
+func (m *Metrics) pool(name, family string, usable, used uint64) {
+	m.usable.WithLabelValues(name, family).Set(float64(usable))
+	m.used.WithLabelValues(name, family).Set(float64(used))
+}
+
+func (m *Metrics) dropPool(name, family string) {
+	m.usable.DeleteLabelValues(name, family)
+	m.used.DeleteLabelValues(name, family)
 }

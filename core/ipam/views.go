@@ -12,12 +12,12 @@ import (
 
 // poolViewsLocked is what the policy sees of the pools, sorted by name.
 func (m *Manager) poolViewsLocked() []policy.PoolView {
-	out := make([]policy.PoolView, 0, len(m.poolNames))
-	for _, n := range m.poolNames {
-		p := m.pools[n]
+	out := make([]policy.PoolView, 0, len(m.poolKeys))
+	for _, k := range m.poolKeys {
+		p := m.pools[k]
 		st := p.alloc.Stats()
 		v := policy.PoolView{
-			Name:    n,
+			Name:    k.name,
 			Family:  p.family,
 			CIDRs:   p.prefix,
 			Total:   st.Usable,
@@ -48,12 +48,12 @@ func (m *Manager) Pools(ctx context.Context) ([]api.PoolStatus, error) {
 }
 
 func (m *Manager) poolStatusLocked() []api.PoolStatus {
-	out := make([]api.PoolStatus, 0, len(m.poolNames))
-	for _, n := range m.poolNames {
-		p := m.pools[n]
+	out := make([]api.PoolStatus, 0, len(m.poolKeys))
+	for _, k := range m.poolKeys {
+		p := m.pools[k]
 		st := p.alloc.Stats()
 		ps := api.PoolStatus{
-			Name:        n,
+			Name:        k.name,
 			Family:      string(p.family),
 			Usable:      st.Usable,
 			Used:        st.Used,
@@ -100,6 +100,10 @@ func (m *Manager) Status(ctx context.Context) (*api.Status, error) {
 	}
 	st.Ready = free
 	switch {
+	case !free && m.opts.Dynamic != nil:
+		// Blocks arrive on demand: an ADD waits for one, so the node stays ready.
+		st.Ready = true
+		st.Message = "no free address on this node yet; blocks are requested from the operator on demand"
 	case !free:
 		st.Message = "every pool is exhausted"
 	case len(m.problems) > 0:
@@ -123,8 +127,8 @@ func (m *Manager) updatePoolMetrics() {
 }
 
 func (m *Manager) updatePoolMetricsLocked() {
-	for _, n := range m.poolNames {
-		st := m.pools[n].alloc.Stats()
-		m.opts.Metrics.pool(n, st.Usable, st.Used)
+	for _, k := range m.poolKeys {
+		st := m.pools[k].alloc.Stats()
+		m.opts.Metrics.pool(k.name, string(k.fam), st.Usable, st.Used)
 	}
 }

@@ -22,8 +22,6 @@ type world struct {
 	c                *ec2.Client
 	vpc, sub1, sub2  string
 	sg, inst, small  string
-	primaryENI       string
-	primarySmallENI  string
 	fullSubnetPrefix netip.Prefix
 }
 

@@ -33,16 +33,15 @@ func minimumCalls(typ string, need int) int {
 }
 
 type benchRow struct {
-	name                 string
-	qps                  float64
-	burst                int
-	scale                float64
-	nodes, need          int
-	real                 time.Duration
-	passes, calls, min   int
-	throttles, errors    int
-	addresses, dups      int
-	timeToAddressP50Real time.Duration
+	name               string
+	qps                float64
+	burst              int
+	scale              float64
+	nodes, need        int
+	real               time.Duration
+	passes, calls, min int
+	throttles, errors  int
+	addresses, dups    int
 }
 
 // BenchmarkENIConverge is `make bench-eni`: ALLOT_BENCH_ENI_NODES nodes (default 1,000)

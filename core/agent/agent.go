@@ -1,0 +1,550 @@
+// Package agent is allotd's node agent in a cluster (agent mode).
+//
+// The node's pools are the blocks the operator hands it through its AllotNode object
+// (spec.ipam.pools.allocated). The agent:
+//
+//   - mirrors those blocks into the ipam manager (dynamic pools: ipam.Manager.AddCIDR and
+//     RemoveCIDR), and registers every IPPool so the pool policy can choose a pool the node
+//     has no block of yet;
+//   - completes each CNI ADD's policy input with the pod and its namespace from an informer
+//     cache restricted to this node's pods (PodContext), so the default chain
+//     (cilium-annotations) sees the pod annotation, then the namespace annotation;
+//   - keeps, per pool and family, neededIPs = roundUp(inUse + pending + preAlloc, preAlloc)
+//     in spec.ipam.pools.requested, written at most once per debounce (100 ms by default,
+//     where Cilium waits 15 s), with conflict retries on the resourceVersion and backoff;
+//   - gives back blocks it no longer needs: a block with no address in use that is not
+//     needed to cover neededIPs, after the release delay, is first removed from the local
+//     allocator (so nothing can be handed out from it afterwards) and only then from
+//     spec.ipam.pools.allocated — the agent is the one that removes blocks (seed 000);
+//   - publishes its usage in status.ipam;
+//   - reclaims addresses of pods that no longer exist (reclaim.go).
+//
+// The API server may go away at any time: informers reconnect by themselves, writes are
+// retried with backoff, and CNI requests for pools whose blocks the node already holds are
+// served from local state meanwhile.
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/allot-ipam/allot/core/api"
+	"github.com/allot-ipam/allot/core/ipam"
+	"github.com/allot-ipam/allot/core/k8s"
+	"github.com/allot-ipam/allot/core/k8s/apis/allot/v1alpha1"
+	"github.com/allot-ipam/allot/sdk/policy"
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// Options configure an Agent.
+type Options struct {
+	// NodeName is the node this agent serves; its AllotNode has the same name.
+	NodeName string
+	// RESTConfig reaches the API server.
+	RESTConfig *rest.Config
+	// PreAllocation maps pool names to the addresses per family kept ready (default pool 8).
+	PreAllocation map[string]int
+	// Debounce gathers changes before a write of the node object.
+	Debounce time.Duration
+	// ReleaseDelay: how long a block stays releasable before it is given back.
+	ReleaseDelay time.Duration
+	// ReclaimGrace and ReclaimInterval: see reclaim.go.
+	ReclaimGrace    time.Duration
+	ReclaimInterval time.Duration
+	// Resync rewrites the node object regularly even without a change.
+	Resync time.Duration
+	// Registerer, if set, receives the agent's metrics.
+	Registerer prometheus.Registerer
+	Logger     *slog.Logger
+	// Now is the clock (tests).
+	Now func() time.Time
+}
+
+// Agent is the node agent.
+type Agent struct {
+	opts  Options
+	log   *slog.Logger
+	cache cache.Cache
+	live  client.Client // uncached: writes, and reads that must be current
+	loop  *loop
+	m     atomic.Pointer[ipam.Manager]
+
+	synced  atomic.Bool
+	reclaim chan struct{}
+
+	mu sync.Mutex
+	// releasing are blocks removed from the local allocator that the node object may still
+	// list; they are not added back while it does.
+	releasing map[blockKey]bool
+	idle      idleTracker
+	// stale: owners whose pod looked gone, and since when (reclaim.go).
+	stale map[api.Owner]time.Time
+	// problems to report in logs once, by text.
+	reported map[string]bool
+
+	metrics *metrics
+}
+
+// New prepares the agent: clients and informer cache (not started).
+func New(opts Options) (*Agent, error) {
+	if opts.NodeName == "" {
+		return nil, errors.New("agent: node name is required")
+	}
+	if opts.RESTConfig == nil {
+		return nil, errors.New("agent: RESTConfig is required")
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Debounce <= 0 {
+		opts.Debounce = 100 * time.Millisecond
+	}
+	if opts.ReclaimGrace <= 0 {
+		opts.ReclaimGrace = 30 * time.Second
+	}
+	if opts.ReclaimInterval <= 0 {
+		opts.ReclaimInterval = time.Minute
+	}
+	if opts.Resync <= 0 {
+		opts.Resync = 5 * time.Minute
+	}
+	scheme := k8s.NewScheme()
+	cfg := rest.CopyConfig(opts.RESTConfig)
+	if cfg.Timeout == 0 {
+		// A request to an API server that went away must not hang a CNI call or the loop.
+		cfg.Timeout = 15 * time.Second
+	}
+	if cfg.UserAgent == "" {
+		cfg.UserAgent = "allotd-agent/" + opts.NodeName
+	}
+	live, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, fmt.Errorf("agent: client: %w", err)
+	}
+	byName := fields.OneTermEqualSelector("metadata.name", opts.NodeName)
+	c, err := cache.New(rest.CopyConfig(opts.RESTConfig), cache.Options{
+		Scheme: scheme,
+		ByObject: map[client.Object]cache.ByObject{
+			// Only this node's pods: a node's agent never lists the cluster's pods.
+			&corev1.Pod{}:         {Field: fields.OneTermEqualSelector("spec.nodeName", opts.NodeName)},
+			&v1alpha1.AllotNode{}: {Field: byName},
+			&corev1.Node{}:        {Field: byName},
+			&corev1.Namespace{}:   {},
+			&v1alpha1.IPPool{}:    {},
+		},
+		DefaultTransform: cache.TransformStripManagedFields(),
+		// A read of a type without an informer fails instead of starting one silently.
+		ReaderFailOnMissingInformer: true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("agent: cache: %w", err)
+	}
+	a := &Agent{
+		opts:      opts,
+		log:       opts.Logger,
+		cache:     c,
+		live:      live,
+		loop:      newLoop(opts.Debounce, opts.Resync),
+		reclaim:   make(chan struct{}, 1),
+		releasing: map[blockKey]bool{},
+		stale:     map[api.Owner]time.Time{},
+		reported:  map[string]bool{},
+		metrics:   newMetrics(opts.Registerer),
+	}
+	return a, nil
+}
+
+// Trigger asks for a sync of the node object soon (ipam.Options.OnChange). Never blocks.
+func (a *Agent) Trigger() { a.loop.Trigger() }
+
+// Synced reports whether the informer cache has synced at least once.
+func (a *Agent) Synced() bool { return a.synced.Load() }
+
+// Run starts the informers and the sync and reclaim loops, and returns when ctx ends.
+func (a *Agent) Run(ctx context.Context, m *ipam.Manager) error {
+	a.m.Store(m)
+	informers := []client.Object{&corev1.Pod{}, &v1alpha1.AllotNode{}, &corev1.Node{}, &corev1.Namespace{}, &v1alpha1.IPPool{}}
+	for _, obj := range informers {
+		inf, err := a.cache.GetInformer(ctx, obj)
+		if err != nil {
+			return fmt.Errorf("agent: informer for %T: %w", obj, err)
+		}
+		h := toolscache.ResourceEventHandlerFuncs{
+			AddFunc:    func(any) { a.loop.Trigger() },
+			UpdateFunc: func(any, any) { a.loop.Trigger() },
+			DeleteFunc: func(any) { a.loop.Trigger() },
+		}
+		switch obj.(type) {
+		case *corev1.Namespace, *corev1.Node:
+			continue // read at ADD time only
+		case *corev1.Pod:
+			h = toolscache.ResourceEventHandlerFuncs{DeleteFunc: func(any) { a.kickReclaim() }}
+		}
+		if _, err := inf.AddEventHandler(h); err != nil {
+			return fmt.Errorf("agent: event handler for %T: %w", obj, err)
+		}
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- a.cache.Start(ctx) }()
+	a.log.Info("agent starting; waiting for the informer caches", "node", a.opts.NodeName)
+	if !a.cache.WaitForCacheSync(ctx) {
+		select {
+		case err := <-errc:
+			return fmt.Errorf("agent: informer cache: %w", err)
+		default:
+			return ctx.Err()
+		}
+	}
+	a.synced.Store(true)
+	a.log.Info("agent caches synced", "node", a.opts.NodeName)
+
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); a.loop.run(ctx, a.sync) }()
+	go func() { defer wg.Done(); a.reclaimLoop(ctx) }()
+	wg.Wait()
+	return nil
+}
+
+// PodContext completes a policy request with the pod, its namespace and the node, from the
+// informer cache, falling back to a live read when the cache does not (yet) have them
+// (ipam.Options.PodContext).
+func (a *Agent) PodContext(ctx context.Context, req *policy.PodRequest) error {
+	req.Node.Name = a.opts.NodeName
+	var node corev1.Node
+	if a.cachedGet(ctx, types.NamespacedName{Name: a.opts.NodeName}, &node) == nil {
+		req.Node.Labels = node.Labels
+	}
+	if req.Pod.Name == "" {
+		return nil // not a Kubernetes pod (cnitool, tests): the policy decides on the rest
+	}
+	key := types.NamespacedName{Namespace: req.Pod.Namespace, Name: req.Pod.Name}
+	var pod corev1.Pod
+	err := a.cachedGet(ctx, key, &pod)
+	if err == nil && req.Pod.UID != "" && string(pod.UID) != req.Pod.UID {
+		err = fmt.Errorf("cached pod has UID %s", pod.UID) // recreated: ask the API server
+	}
+	if err != nil {
+		if err := a.liveGet(ctx, key, &pod); err != nil {
+			if apierrors.IsNotFound(err) {
+				return api.Errorf(api.CodeNotFound, "pod %s not found in the API server", key)
+			}
+			return api.Errorf(api.CodeUnavailable, "pod %s: not in the informer cache and the API server did not answer: %v", key, err)
+		}
+	}
+	if req.Pod.UID != "" && string(pod.UID) != req.Pod.UID {
+		return api.Errorf(api.CodeNotFound, "pod %s has UID %s, but the runtime asked for UID %s (the pod was deleted and recreated)", key, pod.UID, req.Pod.UID)
+	}
+	if pod.Spec.NodeName != "" && pod.Spec.NodeName != a.opts.NodeName {
+		return api.Errorf(api.CodeInvalid, "pod %s is bound to node %s, not to this node %s", key, pod.Spec.NodeName, a.opts.NodeName)
+	}
+	req.Pod.Labels = pod.Labels
+	req.Pod.Annotations = pod.Annotations
+	if ref := metav1.GetControllerOf(&pod); ref != nil {
+		req.Pod.OwnerKind, req.Pod.OwnerName = ref.Kind, ref.Name
+	}
+	var ns corev1.Namespace
+	nsKey := types.NamespacedName{Name: req.Pod.Namespace}
+	if err := a.cachedGet(ctx, nsKey, &ns); err != nil {
+		if err := a.liveGet(ctx, nsKey, &ns); err != nil {
+			// Deciding without the namespace's annotations could pick the wrong pool for
+			// good (the annotation counts only at creation): fail, the runtime retries.
+			return api.Errorf(api.CodeUnavailable, "namespace %s: not in the informer cache and the API server did not answer: %v", req.Pod.Namespace, err)
+		}
+	}
+	req.Namespace.Labels = ns.Labels
+	req.Namespace.Annotations = ns.Annotations
+	return nil
+}
+
+// CachedGet reads an object from the agent's informer cache (tests, diagnostics).
+func (a *Agent) CachedGet(ctx context.Context, key types.NamespacedName, obj client.Object) error {
+	return a.cachedGet(ctx, key, obj)
+}
+
+// cachedGet reads from the informer cache, without waiting for a cache that has not synced.
+func (a *Agent) cachedGet(ctx context.Context, key types.NamespacedName, obj client.Object) error {
+	if !a.synced.Load() {
+		return errors.New("informer cache not synced yet")
+	}
+	return a.cache.Get(ctx, key, obj)
+}
+
+func (a *Agent) liveGet(ctx context.Context, key types.NamespacedName, obj client.Object) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	return a.live.Get(ctx, key, obj)
+}
+
+// sync is one pass of the node loop: pools, blocks, releases, requests, status. It returns
+// when it wants to run again (a block due for release) and its error (retried with backoff).
+func (a *Agent) sync(ctx context.Context) (time.Time, error) {
+	m := a.m.Load()
+	begin := time.Now()
+	defer func() { a.metrics.syncDuration.Observe(time.Since(begin).Seconds()) }()
+
+	node := &v1alpha1.AllotNode{}
+	err := a.cache.Get(ctx, types.NamespacedName{Name: a.opts.NodeName}, node)
+	if apierrors.IsNotFound(err) {
+		return time.Time{}, a.createNode(ctx, m)
+	}
+	if err != nil {
+		return time.Time{}, fmt.Errorf("agent: read AllotNode %s: %w", a.opts.NodeName, err)
+	}
+
+	pools := a.clusterPools(ctx, m)
+	a.syncBlocks(node, m)
+
+	// Releases: blocks nobody uses that the demand does not need, once they stayed so for
+	// the release delay. Removed from the allocator first, then from the node object.
+	now := a.opts.Now()
+	ds := computeDemand(m.Usage(), pools, a.opts.PreAllocation)
+	var candidates []blockKey
+	for _, d := range ds {
+		for _, p := range d.release {
+			candidates = append(candidates, blockKey{d.pool, p})
+		}
+	}
+	a.mu.Lock()
+	due, next := a.idle.update(now, candidates, a.opts.ReleaseDelay)
+	a.mu.Unlock()
+	for _, k := range due {
+		if err := m.RemoveCIDR(k.pool, k.cidr); err != nil {
+			a.log.Debug("block not released", "pool", k.pool, "cidr", k.cidr, "err", err)
+			continue
+		}
+		a.mu.Lock()
+		a.releasing[k] = true
+		a.idle.forget(k)
+		a.mu.Unlock()
+		a.metrics.released.Inc()
+		a.log.Info("block released locally; removing it from the node object", "pool", k.pool, "cidr", k.cidr)
+	}
+	if len(due) > 0 {
+		ds = computeDemand(m.Usage(), pools, a.opts.PreAllocation)
+	}
+	want := requestedOf(ds)
+
+	a.mu.Lock()
+	drop := make(map[blockKey]bool, len(a.releasing))
+	for k := range a.releasing {
+		drop[k] = true
+	}
+	a.mu.Unlock()
+	_, mustDrop := withoutBlocks(node.Spec.IPAM.Pools.Allocated, drop)
+	if mustDrop || !equalRequested(node.Spec.IPAM.Pools.Requested, want) {
+		if err := a.writeSpec(ctx, want, drop); err != nil {
+			return next, err
+		}
+	}
+	if st := statusOf(m.Usage()); !equalStatus(node.Status.IPAM, st) {
+		if err := a.writeStatus(ctx, st); err != nil {
+			return next, err
+		}
+	}
+	return next, nil
+}
+
+// clusterPools registers every IPPool family as a local pool (so the policy can name a pool
+// the node has no block of yet) and returns the pools' families.
+func (a *Agent) clusterPools(ctx context.Context, m *ipam.Manager) map[string]families {
+	var list v1alpha1.IPPoolList
+	out := map[string]families{}
+	if err := a.cache.List(ctx, &list); err != nil {
+		a.log.Warn("listing IPPools from the cache", "err", err)
+		return out
+	}
+	for _, p := range list.Items {
+		f := families{v4: p.Spec.IPv4 != nil, v6: p.Spec.IPv6 != nil}
+		out[p.Name] = f
+		for _, fam := range []policy.Family{policy.IPv4, policy.IPv6} {
+			if f.has(fam) {
+				if err := m.EnsurePool(p.Name, fam); err != nil {
+					a.log.Warn("registering pool", "pool", p.Name, "family", fam, "err", err)
+				}
+			}
+		}
+	}
+	// Forget local pools whose IPPool is gone (or lost the family) once they hold nothing.
+	for _, u := range m.Usage() {
+		if f, ok := out[u.Name]; (!ok || !f.has(u.Family)) && len(u.CIDRs) == 0 && u.Pending == 0 {
+			_ = m.DropPool(u.Name, u.Family)
+		}
+	}
+	return out
+}
+
+// syncBlocks makes the local pools hold exactly the node object's blocks, except blocks
+// being released (not added back) and blocks in use that the object lost (kept: forgetting
+// them could hand an address out twice).
+func (a *Agent) syncBlocks(node *v1alpha1.AllotNode, m *ipam.Manager) {
+	blocks, bad := allocatedBlocks(node)
+	for _, b := range bad {
+		a.reportOnce("bad block "+b, "spec.ipam.pools.allocated holds an entry that is not a masked CIDR; ignored", "entry", b)
+	}
+	inAPI := make(map[blockKey]bool, len(blocks))
+	a.mu.Lock()
+	for _, k := range blocks {
+		inAPI[k] = true
+	}
+	// A released block the object no longer lists is done.
+	for k := range a.releasing {
+		if !inAPI[k] {
+			delete(a.releasing, k)
+		}
+	}
+	releasing := make(map[blockKey]bool, len(a.releasing))
+	for k := range a.releasing {
+		releasing[k] = true
+	}
+	a.mu.Unlock()
+
+	for _, k := range blocks {
+		if releasing[k] {
+			continue
+		}
+		if err := m.AddCIDR(k.pool, k.cidr); err != nil {
+			a.reportOnce("add "+k.pool+k.cidr.String(), "block from the node object refused", "pool", k.pool, "cidr", k.cidr, "err", err)
+		}
+	}
+	for _, u := range m.Usage() {
+		for _, c := range u.CIDRs {
+			k := blockKey{u.Name, c.Prefix}
+			if inAPI[k] {
+				continue
+			}
+			if err := m.RemoveCIDR(k.pool, k.cidr); err != nil {
+				a.reportOnce("lost "+k.pool+k.cidr.String(), "a block in use left the node object; kept until its addresses are released", "pool", k.pool, "cidr", k.cidr, "err", err)
+			}
+		}
+	}
+}
+
+func (a *Agent) reportOnce(key, msg string, args ...any) {
+	a.mu.Lock()
+	seen := a.reported[key]
+	a.reported[key] = true
+	a.mu.Unlock()
+	if !seen {
+		a.log.Warn(msg, args...)
+	}
+}
+
+// createNode creates the node's AllotNode with its first requests.
+func (a *Agent) createNode(ctx context.Context, m *ipam.Manager) error {
+	pools := a.clusterPools(ctx, m)
+	node := &v1alpha1.AllotNode{ObjectMeta: metav1.ObjectMeta{Name: a.opts.NodeName}}
+	node.Spec.IPAM.Pools.Requested = requestedOf(computeDemand(m.Usage(), pools, a.opts.PreAllocation))
+	// Owned by the Node (garbage-collected with it) when the Node exists.
+	var n corev1.Node
+	if err := a.liveGet(ctx, types.NamespacedName{Name: a.opts.NodeName}, &n); err == nil {
+		node.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: n.Name, UID: n.UID}}
+	}
+	err := a.live.Create(ctx, node)
+	a.metrics.writes.WithLabelValues("create", resultOf(err)).Inc()
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("agent: create AllotNode %s: %w", a.opts.NodeName, err)
+	}
+	a.log.Info("AllotNode created", "node", a.opts.NodeName, "requested", node.Spec.IPAM.Pools.Requested)
+	// The informer brings it back; sync again then.
+	return nil
+}
+
+// writeSpec writes requested and drops released blocks from allocated, on the current
+// object, retrying on resourceVersion conflicts.
+func (a *Agent) writeSpec(ctx context.Context, want []v1alpha1.PoolRequest, drop map[blockKey]bool) error {
+	key := types.NamespacedName{Name: a.opts.NodeName}
+	var dropped []blockKey
+	err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+		var cur v1alpha1.AllotNode
+		if err := a.live.Get(ctx, key, &cur); err != nil {
+			return err
+		}
+		alloc, changed := withoutBlocks(cur.Spec.IPAM.Pools.Allocated, drop)
+		if !changed && equalRequested(cur.Spec.IPAM.Pools.Requested, want) {
+			return nil
+		}
+		cur.Spec.IPAM.Pools.Allocated = alloc
+		cur.Spec.IPAM.Pools.Requested = want
+		err := a.live.Update(ctx, &cur)
+		a.metrics.writes.WithLabelValues("spec", resultOf(err)).Inc()
+		if err == nil {
+			dropped = dropped[:0]
+			for k := range drop {
+				dropped = append(dropped, k)
+			}
+		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("agent: update AllotNode %s: %w", a.opts.NodeName, err)
+	}
+	slices.SortFunc(dropped, compareBlockKey)
+	for _, k := range dropped {
+		a.log.Info("block given back", "pool", k.pool, "cidr", k.cidr)
+	}
+	a.log.Debug("AllotNode requests written", "requested", want)
+	return nil
+}
+
+// writeStatus replaces status.ipam (the agent's part of the status) with a merge patch: the
+// operator's fields (conditions, summary) are left alone and no conflict is possible.
+func (a *Agent) writeStatus(ctx context.Context, st v1alpha1.NodeIPAMStatus) error {
+	node := &v1alpha1.AllotNode{ObjectMeta: metav1.ObjectMeta{Name: a.opts.NodeName}}
+	pools := st.Pools
+	if pools == nil {
+		pools = []v1alpha1.PoolUsage{} // "pools": [] clears the list; null would too, but say it plainly
+	}
+	raw, err := json.Marshal(map[string]any{"status": map[string]any{"ipam": map[string]any{"pools": pools}}})
+	if err != nil {
+		return err
+	}
+	err = a.live.Status().Patch(ctx, node, client.RawPatch(types.MergePatchType, raw))
+	a.metrics.writes.WithLabelValues("status", resultOf(err)).Inc()
+	if err != nil {
+		return fmt.Errorf("agent: update AllotNode %s status: %w", a.opts.NodeName, err)
+	}
+	return nil
+}
+
+func resultOf(err error) string {
+	switch {
+	case err == nil:
+		return "ok"
+	case apierrors.IsConflict(err):
+		return "conflict"
+	default:
+		return "error"
+	}
+}
+
+// Blocks returns the blocks the node holds, per pool, for tests and allotctl.
+func Blocks(node *v1alpha1.AllotNode) map[string][]netip.Prefix {
+	out := map[string][]netip.Prefix{}
+	bs, _ := allocatedBlocks(node)
+	for _, b := range bs {
+		out[b.pool] = append(out[b.pool], b.cidr)
+	}
+	return out
+}

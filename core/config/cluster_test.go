@@ -1,0 +1,75 @@
+package config
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestClusterDefaultsAndOverrides(t *testing.T) {
+	p := writeFile(t, "mode: agent\ncluster: {nodeName: node-a, preAllocation: {blue: 4}, pendingTimeout: 5s}\n")
+	c, err := load(p, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := c.Cluster
+	if cl.NodeName != "node-a" || cl.PendingTimeout != 5*time.Second || cl.RequestDebounce != 100*time.Millisecond {
+		t.Fatalf("cluster %+v", cl)
+	}
+	// As with Cilium's flag, a map given replaces the default one.
+	if cl.PreAllocation["blue"] != 4 || cl.PreAllocation["default"] != 0 {
+		t.Fatalf("preAllocation %v", cl.PreAllocation)
+	}
+	if cl.LeaderElection.Name != "allot-operator" || cl.LeaderElection.LeaseDuration != 15*time.Second {
+		t.Fatalf("leaderElection %+v", cl.LeaderElection)
+	}
+}
+
+func TestClusterPreAllocationDefault(t *testing.T) {
+	c, err := load(writeFile(t, "mode: agent\ncluster: {nodeName: n}\n"), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Cluster.PreAllocation) != 1 || c.Cluster.PreAllocation["default"] != 8 {
+		t.Fatalf("preAllocation %v", c.Cluster.PreAllocation)
+	}
+}
+
+func TestClusterNodeNameFromEnv(t *testing.T) {
+	t.Setenv("NODE_NAME", "from-env")
+	p := writeFile(t, "mode: agent\n")
+	c, err := load(p, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Cluster.NodeName != "from-env" {
+		t.Fatalf("nodeName %q", c.Cluster.NodeName)
+	}
+}
+
+func TestClusterValidationNamesTheField(t *testing.T) {
+	t.Setenv("NODE_NAME", "")
+	for _, tc := range []struct{ name, body, want string }{
+		{"no node", "mode: agent\n", "cluster.nodeName: must be set in agent mode"},
+		{"bad node", "mode: agent\ncluster: {nodeName: Node_A}\n", `cluster.nodeName: "Node_A" is not a valid Kubernetes node name`},
+		{"negative prealloc", "mode: agent\ncluster: {nodeName: n, preAllocation: {default: -1}}\n", "cluster.preAllocation.default: -1 must be between 0"},
+		{"bad pool", "mode: agent\ncluster: {nodeName: n, preAllocation: {Blue: 1}}\n", `cluster.preAllocation.Blue: "Blue" is not a valid pool name`},
+		{"negative duration", "mode: agent\ncluster: {nodeName: n, releaseDelay: -1s}\n", "cluster.releaseDelay: -1s must be between 0"},
+		{"kubeconfig", "mode: operator\ncluster: {kubeconfig: /nonexistent/kubeconfig}\n", "cluster.kubeconfig: stat /nonexistent/kubeconfig"},
+		{"lease", "mode: operator\ncluster: {leaderElection: {leaseDuration: 5s, renewDeadline: 10s}}\n", "cluster.leaderElection.renewDeadline: 10s must be shorter than leaseDuration 5s"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := load(writeFile(t, tc.body), nil, nil)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v\nwant %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestStandaloneIgnoresCluster(t *testing.T) {
+	t.Setenv("NODE_NAME", "")
+	if _, err := load(writeFile(t, minimal), nil, nil); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,155 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+
+	"github.com/allot-ipam/allot/core/agent"
+	"github.com/allot-ipam/allot/core/api/server"
+	"github.com/allot-ipam/allot/core/config"
+	"github.com/allot-ipam/allot/core/ipam"
+	"github.com/allot-ipam/allot/core/store"
+	ciliumannotations "github.com/allot-ipam/allot/plugins/policy/cilium-annotations"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+)
+
+var klogOnce sync.Once
+
+// routeKlog sends client-go's logs (reflectors, leader election) through allotd's slog
+// logger instead of klog's own stderr format. Once per process: klog is global.
+func routeKlog(log *slog.Logger) {
+	klogOnce.Do(func() { klog.SetSlogLogger(log.With("component", "client-go")) })
+}
+
+// AgentDaemon is allotd in agent mode: the standalone daemon's local API, CNI path and
+// durable store, with pools that are the blocks the operator hands this node (core/agent).
+type AgentDaemon struct {
+	*Daemon
+	agent *agent.Agent
+}
+
+// Agent exposes the node agent (tests).
+func (d *AgentDaemon) Agent() *agent.Agent { return d.agent }
+
+// NewAgent prepares allotd in agent mode. As in standalone mode, every allocation in the
+// store is restored before the API socket exists; the blocks they belong to are learned from
+// the node's AllotNode once the agent runs, and an ADD arriving before then waits for them.
+func NewAgent(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *AgentDaemon, err error) {
+	cfg = agentConfig(cfg, log)
+	routeKlog(log)
+	d := &Daemon{cfg: cfg, log: log, reg: prometheus.NewRegistry()}
+	d.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	defer func() {
+		if err != nil {
+			d.close(context.Background())
+		}
+	}()
+	restCfg, err := RESTConfig(cfg.Cluster.Kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	if d.httpLn, err = d.listenHTTP(); err != nil {
+		return nil, err
+	}
+	d.store, err = store.Open(ctx, cfg.Store.Path, store.Options{NoSync: cfg.Store.NoSync, Logger: log.With("component", "store")})
+	if err != nil {
+		return nil, fmt.Errorf("open store: %w", err)
+	}
+	d.reg.MustRegister(newStoreCollector(d.store))
+	if d.plugins, err = LoadPlugins(ctx, cfg, log.With("component", "plugins")); err != nil {
+		return nil, err
+	}
+	ag, err := agent.New(agent.Options{
+		NodeName:        cfg.Cluster.NodeName,
+		RESTConfig:      restCfg,
+		PreAllocation:   cfg.Cluster.PreAllocation,
+		Debounce:        cfg.Cluster.RequestDebounce,
+		ReleaseDelay:    cfg.Cluster.ReleaseDelay,
+		ReclaimGrace:    cfg.Cluster.ReclaimGrace,
+		ReclaimInterval: cfg.Cluster.ReclaimInterval,
+		Resync:          cfg.Cluster.Resync,
+		Registerer:      d.reg,
+		Logger:          log.With("component", "agent"),
+	})
+	if err != nil {
+		return nil, err
+	}
+	d.manager, err = ipam.New(ctx, ipam.Options{
+		Store:         d.store,
+		Policy:        d.plugins.PolicyFor,
+		PolicyTimeout: cfg.Policy.Timeout,
+		PluginStatus:  d.plugins.Status,
+		Metrics:       ipam.NewMetrics(d.reg),
+		Logger:        log.With("component", "ipam"),
+		Version:       Version,
+		Mode:          cfg.Mode,
+		Dynamic:       &ipam.DynamicOptions{Node: cfg.Cluster.NodeName, Wait: cfg.Cluster.PendingTimeout},
+		PodContext:    ag.PodContext,
+		OnChange:      ag.Trigger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if d.apiLn, err = server.Listen(cfg.Socket); err != nil {
+		return nil, err
+	}
+	d.apiSrv = server.NewHTTPServer(server.Handler(d.manager, log.With("component", "api")))
+	return &AgentDaemon{Daemon: d, agent: ag}, nil
+}
+
+// agentConfig returns cfg with agent-mode defaults: the pool policy chain is Cilium's
+// (pod annotation, namespace annotation, pool "default") unless the file chose one; the
+// standalone default "static" would find no pool, since cluster pools are never "default
+// pools of the CNI config".
+func agentConfig(cfg *config.Config, log *slog.Logger) *config.Config {
+	c := *cfg
+	if slices.Equal(c.Policy.Default.Policies, config.Defaults().Policy.Default.Policies) && c.Policy.Default.Fallback == "" {
+		c.Policy.Default = config.Chain{Policies: []string{ciliumannotations.Name}}
+		log.Info("agent mode: default pool policy chain is cilium-annotations (pod annotation, namespace annotation, pool \"default\")")
+	}
+	return &c
+}
+
+// RESTConfig builds the API server client configuration from a kubeconfig path, or the
+// in-cluster configuration when the path is empty.
+func RESTConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig == "" {
+		c, err := rest.InClusterConfig()
+		if err != nil {
+			return nil, fmt.Errorf("cluster.kubeconfig: not set and not running in a cluster: %w", err)
+		}
+		return c, nil
+	}
+	c, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("cluster.kubeconfig: %w", err)
+	}
+	return c, nil
+}
+
+// Serve runs the agent and answers on the API socket until ctx ends.
+func (d *AgentDaemon) Serve(ctx context.Context) error {
+	actx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	var agentErr error
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := d.agent.Run(actx, d.manager); err != nil && !errors.Is(err, context.Canceled) {
+			agentErr = err
+			d.log.Error("agent stopped", "err", err)
+		}
+	}()
+	err := d.Daemon.Serve(ctx)
+	cancel()
+	wg.Wait()
+	return errors.Join(err, agentErr)
+}

@@ -1,0 +1,318 @@
+package ipam
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/allot-ipam/allot/core/allocator"
+	"github.com/allot-ipam/allot/core/api"
+	"github.com/allot-ipam/allot/core/store"
+	"github.com/allot-ipam/allot/sdk/policy"
+)
+
+// Dynamic pools (agent mode).
+//
+// In a cluster the node's pools are the blocks the operator hands it, and they change at
+// run time: EnsurePool registers a pool (with no CIDR yet) so the policy can choose it,
+// AddCIDR adds a block when it arrives, RemoveCIDR takes one away before the node gives it
+// back. The package invariants hold as in standalone mode:
+//
+//   - Pools never overlap: AddCIDR refuses a block overlapping any CIDR of any pool.
+//   - Nothing held is forgotten or handed out twice: on start, records whose block is not
+//     known yet stay in the holders map; AddCIDR marks every held address inside the new
+//     block as taken before anything can be handed out from it. RemoveCIDR is refused while
+//     any address of the block is taken, including an address taken by an ADD whose store
+//     commit is still running (it is taken in the allocator before the commit).
+//   - Once RemoveCIDR returns nil, nothing can be handed out from the block: it is gone
+//     from the allocator, under the same lock that every allocation takes.
+//
+// An ADD whose candidate pools have no free address waits (holding its owner's in-flight
+// mark, as any ADD does) until an address may have become free — a block added or an
+// address released — then tries again, up to DynamicOptions.Wait or the request's context.
+// While it waits it counts as pending on the first candidate pool of each family it wants:
+// that is the pendingIPs of the pre-allocation formula, which the agent reads with Usage.
+
+// DynamicOptions configure dynamic pools.
+type DynamicOptions struct {
+	// Node is the node's name, for messages.
+	Node string
+	// Wait bounds how long an ADD waits for a free address. It should be shorter than the
+	// CNI plugin's timeout, so that the runtime gets this error rather than a timeout.
+	Wait time.Duration
+}
+
+// PoolUsage is one pool (of one family) as the agent sees it.
+type PoolUsage struct {
+	Name   string
+	Family policy.Family
+	// CIDRs are the pool's blocks on this node, with their counters, in address order.
+	CIDRs []allocator.CIDRStats
+	// Usable and Used sum the blocks.
+	Usable, Used uint64
+	// Pending counts ADDs waiting for an address of this pool.
+	Pending int
+}
+
+// ErrNotDynamic is returned by the run-time pool operations of a manager without
+// Options.Dynamic.
+var ErrNotDynamic = errors.New("ipam: pools are static (not in agent mode)")
+
+// EnsurePool registers an empty pool name of family fam if there is none.
+func (m *Manager) EnsurePool(name string, fam policy.Family) error {
+	if m.opts.Dynamic == nil {
+		return ErrNotDynamic
+	}
+	if name == "" || !fam.Valid() {
+		return fmt.Errorf("ipam: ensure pool %q (%s): name and family are required", name, fam)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	_, err := m.ensurePoolLocked(poolKey{name, fam})
+	return err
+}
+
+func (m *Manager) ensurePoolLocked(k poolKey) (*pool, error) {
+	if p, ok := m.pools[k]; ok {
+		return p, nil
+	}
+	famNum := 4
+	if k.fam == policy.IPv6 {
+		famNum = 6
+	}
+	a, err := allocator.New(allocator.Config{Name: k.name, Family: famNum})
+	if err != nil {
+		return nil, fmt.Errorf("ipam: %w", err)
+	}
+	p := &pool{alloc: a, spec: PoolSpec{Allocator: allocator.Config{Name: k.name, Family: famNum}}, family: k.fam}
+	m.addPoolLocked(k, p)
+	m.updatePoolMetricsLocked()
+	return p, nil
+}
+
+// DropPool forgets an empty pool (no block, nobody waiting for it), e.g. when the cluster
+// pool is deleted. A pool that still has a block is kept and an error returned.
+func (m *Manager) DropPool(name string, fam policy.Family) error {
+	if m.opts.Dynamic == nil {
+		return ErrNotDynamic
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	k := poolKey{name, fam}
+	p, ok := m.pools[k]
+	if !ok {
+		return nil
+	}
+	if n := len(p.prefix); n > 0 {
+		return fmt.Errorf("ipam: pool %q (%s): still has %d block(s) on this node", name, fam.Label(), n)
+	}
+	if m.pending[k] > 0 {
+		return fmt.Errorf("ipam: pool %q (%s): %d request(s) waiting for an address", name, fam.Label(), m.pending[k])
+	}
+	delete(m.pools, k)
+	m.poolKeys = slices.DeleteFunc(m.poolKeys, func(x poolKey) bool { return x == k })
+	m.opts.Metrics.dropPool(name, string(fam))
+	return nil
+}
+
+// AddCIDR adds block c to pool name (created if needed). Adding a block the pool already
+// has is a no-op.
+func (m *Manager) AddCIDR(name string, c netip.Prefix) error {
+	if m.opts.Dynamic == nil {
+		return ErrNotDynamic
+	}
+	if !c.IsValid() || c != c.Masked() {
+		return fmt.Errorf("ipam: pool %q: block %s is not a valid masked CIDR", name, c)
+	}
+	k := poolKey{name, famOf(c.Addr())}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p, err := m.ensurePoolLocked(k)
+	if err != nil {
+		return err
+	}
+	if slices.Contains(p.prefix, c) {
+		return nil
+	}
+	for _, ok := range m.poolKeys {
+		for _, o := range m.pools[ok].prefix {
+			if o.Overlaps(c) {
+				return fmt.Errorf("ipam: pool %q: block %s overlaps %s of pool %q; pools must not overlap", name, c, o, ok.name)
+			}
+		}
+	}
+	if err := p.alloc.AddCIDR(c); err != nil {
+		return fmt.Errorf("ipam: %w", err)
+	}
+	p.prefix = p.alloc.CIDRs()
+	// Addresses held before the block was known (restored from the store) are taken
+	// before anything is handed out from it.
+	var held []netip.Addr
+	for a := range m.holders {
+		if c.Contains(a) {
+			held = append(held, a)
+		}
+	}
+	slices.SortFunc(held, netip.Addr.Compare)
+	for _, a := range held {
+		if err := p.alloc.Allocate(a); err != nil && !errors.Is(err, allocator.ErrExcluded) {
+			m.log.Warn("marking a held address in a new block", "addr", a, "pool", name, "err", err)
+		}
+	}
+	m.log.Info("block added", "pool", name, "cidr", c, "held", len(held))
+	m.broadcastLocked()
+	m.updatePoolMetricsLocked()
+	m.changedLocked()
+	return nil
+}
+
+// ErrBlockInUse: RemoveCIDR of a block with an address taken.
+var ErrBlockInUse = errors.New("block in use")
+
+// RemoveCIDR removes block c from pool name. It is refused (ErrBlockInUse) while any address
+// of the block is taken; once it returns nil nothing can be handed out from the block.
+// Removing a block the pool does not have is a no-op.
+func (m *Manager) RemoveCIDR(name string, c netip.Prefix) error {
+	if m.opts.Dynamic == nil {
+		return ErrNotDynamic
+	}
+	k := poolKey{name, famOf(c.Addr())}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p, ok := m.pools[k]
+	if !ok || !slices.Contains(p.prefix, c) {
+		return nil
+	}
+	if err := p.alloc.RemoveCIDR(c); err != nil {
+		if errors.Is(err, allocator.ErrInUse) {
+			return fmt.Errorf("ipam: pool %q: %w: %v", name, ErrBlockInUse, err)
+		}
+		return fmt.Errorf("ipam: %w", err)
+	}
+	p.prefix = p.alloc.CIDRs()
+	m.log.Info("block removed", "pool", name, "cidr", c)
+	m.updatePoolMetricsLocked()
+	m.changedLocked()
+	return nil
+}
+
+// Usage returns every pool with its blocks and pending requests, sorted by name then
+// family.
+func (m *Manager) Usage() []PoolUsage {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]PoolUsage, 0, len(m.poolKeys))
+	for _, k := range m.poolKeys {
+		p := m.pools[k]
+		st := p.alloc.Stats()
+		out = append(out, PoolUsage{
+			Name: k.name, Family: k.fam, CIDRs: p.alloc.CIDRStats(),
+			Usable: st.Usable, Used: st.Used, Pending: m.pending[k],
+		})
+	}
+	return out
+}
+
+// broadcastLocked wakes every ADD waiting for an address.
+func (m *Manager) broadcastLocked() {
+	if m.waiters == 0 {
+		return
+	}
+	close(m.changed)
+	m.changed = make(chan struct{})
+}
+
+// changedLocked tells the agent that demand may have changed. The callback must not block;
+// it runs under the lock so that it sees changes in order.
+func (m *Manager) changedLocked() {
+	if m.opts.OnChange != nil {
+		m.opts.OnChange()
+	}
+}
+
+// waitAndTakeLocked is called, with m.mu held, after takeLocked found the candidate pools
+// exhausted. It counts the request as pending, waits for an address to become free and
+// tries again, until it gets one or the wait is over. It returns with m.mu held.
+func (m *Manager) waitAndTakeLocked(ctx context.Context, req *api.AllocateRequest, d policy.PodDecision, requested []netip.Addr) ([]store.Address, error) {
+	var keys []poolKey
+	for _, fc := range []struct {
+		f policy.Family
+		c []policy.Candidate
+	}{{policy.IPv4, d.IPv4}, {policy.IPv6, d.IPv6}} {
+		if len(fc.c) > 0 {
+			keys = append(keys, poolKey{fc.c[0].Pool, fc.f})
+		}
+	}
+	for _, k := range keys {
+		m.pending[k]++
+	}
+	m.waiters++
+	m.changedLocked()
+	defer func() {
+		for _, k := range keys {
+			if m.pending[k]--; m.pending[k] <= 0 {
+				delete(m.pending, k)
+			}
+		}
+		m.waiters--
+		m.changedLocked()
+	}()
+
+	wait := m.opts.Dynamic.Wait
+	if wait <= 0 {
+		wait = 25 * time.Second
+	}
+	begin := time.Now()
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	m.log.Info("no free address; waiting for a block", "owner", req.Owner.String(), "pod", req.Pod.Namespace+"/"+req.Pod.Name, "pools", keyNames(keys))
+	for {
+		ch := m.changed
+		m.mu.Unlock()
+		var timeout bool
+		select {
+		case <-ch:
+		case <-timer.C:
+			timeout = true
+		case <-ctx.Done():
+			m.mu.Lock()
+			return nil, api.Errorf(api.CodeUnavailable, "%s; the request ended after %s waiting: %v",
+				m.waitMessageLocked(keys), time.Since(begin).Round(time.Millisecond), ctx.Err())
+		}
+		m.mu.Lock()
+		addrs, err := m.takeLocked(req, d, requested)
+		if err == nil || api.CodeOf(err) != api.CodeExhausted {
+			return addrs, err
+		}
+		if timeout {
+			return nil, api.Errorf(api.CodeExhausted, "%s; requested a new block from the operator, none arrived within %s",
+				m.waitMessageLocked(keys), wait)
+		}
+	}
+}
+
+// waitMessageLocked names the pools a waiting request still finds exhausted.
+func (m *Manager) waitMessageLocked(keys []poolKey) string {
+	var parts []string
+	for _, k := range keys {
+		if p, ok := m.pools[k]; !ok || p.alloc.Stats().Free == 0 {
+			parts = append(parts, fmt.Sprintf("pool %q: no free %s address on node %s", k.name, k.fam.Label(), m.opts.Dynamic.Node))
+		}
+	}
+	if len(parts) == 0 {
+		return fmt.Sprintf("pools %s: no free address on node %s", strings.Join(keyNames(keys), ", "), m.opts.Dynamic.Node)
+	}
+	return strings.Join(parts, "; ")
+}
+
+func keyNames(keys []poolKey) []string {
+	out := make([]string, len(keys))
+	for i, k := range keys {
+		out[i] = fmt.Sprintf("%s/%s", k.name, k.fam)
+	}
+	return out
+}

@@ -1,0 +1,312 @@
+package ipam
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/allot-ipam/allot/core/api"
+	"github.com/allot-ipam/allot/core/store"
+	ciliumannotations "github.com/allot-ipam/allot/plugins/policy/cilium-annotations"
+	"github.com/allot-ipam/allot/sdk/policy"
+)
+
+type dynRig struct {
+	t       testing.TB
+	path    string
+	st      *store.Store
+	m       *Manager
+	changes atomic.Int64
+	annot   map[string]string // pod name -> pool annotation
+	wait    time.Duration
+}
+
+func newDynRig(t testing.TB, wait time.Duration) *dynRig {
+	r := &dynRig{t: t, path: filepath.Join(t.TempDir(), "allot.db"), annot: map[string]string{}, wait: wait}
+	r.open()
+	t.Cleanup(func() { r.st.Close() })
+	return r
+}
+
+func (r *dynRig) open() {
+	r.t.Helper()
+	st, err := store.Open(context.Background(), r.path, store.Options{NoSync: true, Logger: quiet})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.st = st
+	pol, err := ciliumannotations.New(ciliumannotations.Config{})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	m, err := New(context.Background(), Options{
+		Store: st, Logger: quiet,
+		Policy:  func(string) policy.PoolPolicy { return pol },
+		Dynamic: &DynamicOptions{Node: "node-a", Wait: r.wait},
+		PodContext: func(_ context.Context, req *policy.PodRequest) error {
+			if req.Pod.Name == "missing" {
+				return api.Errorf(api.CodeUnavailable, "pod %s not found", req.Pod.Name)
+			}
+			if a, ok := r.annot[req.Pod.Name]; ok {
+				req.Pod.Annotations = map[string]string{ciliumannotations.DefaultAnnotation: a}
+			}
+			return nil
+		},
+		OnChange: func() { r.changes.Add(1) },
+	})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.m = m
+}
+
+func (r *dynRig) restart() {
+	r.t.Helper()
+	if err := r.st.Close(); err != nil {
+		r.t.Fatal(err)
+	}
+	r.open()
+}
+
+func podAdd(id, pod string) *api.AllocateRequest {
+	return &api.AllocateRequest{Owner: api.Owner{ContainerID: id, IfName: "eth0"}, Network: "net",
+		Pod: api.PodRef{Namespace: "ns", Name: pod, UID: "uid-" + pod}}
+}
+
+func mustNoErr(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func usageOf(m *Manager, name string, fam policy.Family) PoolUsage {
+	for _, u := range m.Usage() {
+		if u.Name == name && u.Family == fam {
+			return u
+		}
+	}
+	return PoolUsage{}
+}
+
+func TestDynamicDualStackSameName(t *testing.T) {
+	r := newDynRig(t, time.Second)
+	mustNoErr(t, r.m.AddCIDR("default", pfx("10.1.0.0/30")))
+	mustNoErr(t, r.m.AddCIDR("default", pfx("fd00:1::/126")))
+	a, err := r.m.Allocate(context.Background(), podAdd("c1", "p1"))
+	mustNoErr(t, err)
+	if len(a.IPs) != 2 || a.IPs[0].Address != "10.1.0.1/30" || a.IPs[1].Address != "fd00:1::1/126" || a.IPs[0].Pool != "default" {
+		t.Fatalf("allocation %+v", a.IPs)
+	}
+	u := r.m.Usage()
+	if len(u) != 2 || u[0].Family != policy.IPv4 || u[0].Used != 1 || u[1].Used != 1 || u[0].Usable != 2 {
+		t.Fatalf("usage %+v", u)
+	}
+	if r.changes.Load() == 0 {
+		t.Fatal("OnChange never called")
+	}
+	// Restart: the addresses are held before their blocks are known, and taken as soon as
+	// the blocks arrive.
+	r.restart()
+	if st, _ := r.m.Status(context.Background()); st.Message != "" && !strings.Contains(st.Message, "on demand") {
+		t.Fatalf("status after restart: %+v", st)
+	}
+	mustNoErr(t, r.m.AddCIDR("default", pfx("10.1.0.0/30")))
+	if u := usageOf(r.m, "default", policy.IPv4); u.Used != 1 {
+		t.Fatalf("held address not marked in the block that arrived: %+v", u)
+	}
+	if err := r.m.RemoveCIDR("default", pfx("10.1.0.0/30")); !errors.Is(err, ErrBlockInUse) {
+		t.Fatalf("remove in-use block: %v", err)
+	}
+	mustNoErr(t, r.m.Release(context.Background(), &api.ReleaseRequest{Owner: a.Owner}))
+	mustNoErr(t, r.m.RemoveCIDR("default", pfx("10.1.0.0/30")))
+	if u := usageOf(r.m, "default", policy.IPv4); u.Usable != 0 || len(u.CIDRs) != 0 {
+		t.Fatalf("after remove: %+v", u)
+	}
+}
+
+func TestDynamicOverlapRefused(t *testing.T) {
+	r := newDynRig(t, time.Second)
+	mustNoErr(t, r.m.AddCIDR("a", pfx("10.1.0.0/24")))
+	mustNoErr(t, r.m.AddCIDR("a", pfx("10.1.0.0/24"))) // same block again: no-op
+	err := r.m.AddCIDR("b", pfx("10.1.0.128/25"))
+	if err == nil || !strings.Contains(err.Error(), `overlaps 10.1.0.0/24 of pool "a"`) {
+		t.Fatalf("overlap: %v", err)
+	}
+	if err := r.m.AddCIDR("b", netip.PrefixFrom(netip.MustParseAddr("10.2.0.1"), 24)); err == nil {
+		t.Fatal("unmasked block accepted")
+	}
+}
+
+func TestDynamicWaitsForBlock(t *testing.T) {
+	r := newDynRig(t, 10*time.Second)
+	mustNoErr(t, r.m.EnsurePool("blue", policy.IPv4))
+	r.annot["p1"] = "blue"
+	type result struct {
+		a   *api.Allocation
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		a, err := r.m.Allocate(context.Background(), podAdd("c1", "p1"))
+		done <- result{a, err}
+	}()
+	// It waits, counted as pending on blue/ipv4.
+	deadline := time.Now().Add(5 * time.Second)
+	for usageOf(r.m, "blue", policy.IPv4).Pending != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("request never became pending")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	select {
+	case res := <-done:
+		t.Fatalf("returned before a block arrived: %+v %v", res.a, res.err)
+	default:
+	}
+	mustNoErr(t, r.m.AddCIDR("blue", pfx("10.9.0.0/30")))
+	res := <-done
+	mustNoErr(t, res.err)
+	if res.a.IPs[0].Address != "10.9.0.1/30" || res.a.IPs[0].Pool != "blue" {
+		t.Fatalf("got %+v", res.a.IPs)
+	}
+	if u := usageOf(r.m, "blue", policy.IPv4); u.Pending != 0 || u.Used != 1 {
+		t.Fatalf("usage after: %+v", u)
+	}
+}
+
+func TestDynamicWaitsForRelease(t *testing.T) {
+	r := newDynRig(t, 10*time.Second)
+	mustNoErr(t, r.m.AddCIDR("default", pfx("10.1.0.0/31"))) // 2 usable addresses
+	for i := range 2 {
+		_, err := r.m.Allocate(context.Background(), podAdd(fmt.Sprint("c", i), fmt.Sprint("p", i)))
+		mustNoErr(t, err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := r.m.Allocate(context.Background(), podAdd("c9", "p9"))
+		done <- err
+	}()
+	for usageOf(r.m, "default", policy.IPv4).Pending != 1 {
+		time.Sleep(time.Millisecond)
+	}
+	mustNoErr(t, r.m.Release(context.Background(), &api.ReleaseRequest{Owner: api.Owner{ContainerID: "c0", IfName: "eth0"}}))
+	mustNoErr(t, <-done)
+}
+
+func TestDynamicWaitTimesOut(t *testing.T) {
+	r := newDynRig(t, 50*time.Millisecond)
+	mustNoErr(t, r.m.EnsurePool("default", policy.IPv4))
+	_, err := r.m.Allocate(context.Background(), podAdd("c1", "p1"))
+	if api.CodeOf(err) != api.CodeExhausted {
+		t.Fatalf("code %v: %v", api.CodeOf(err), err)
+	}
+	want := `pool "default": no free IPv4 address on node node-a; requested a new block from the operator, none arrived within 50ms`
+	if err.Error() != want {
+		t.Fatalf("error\n got %q\nwant %q", err, want)
+	}
+	if u := usageOf(r.m, "default", policy.IPv4); u.Pending != 0 {
+		t.Fatalf("pending not cleared: %+v", u)
+	}
+	// The request's context ends first.
+	r2 := newDynRig(t, time.Minute)
+	mustNoErr(t, r2.m.EnsurePool("default", policy.IPv4))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+	defer cancel()
+	_, err = r2.m.Allocate(ctx, podAdd("c1", "p1"))
+	if api.CodeOf(err) != api.CodeUnavailable || !strings.Contains(err.Error(), "no free IPv4 address on node node-a") {
+		t.Fatalf("ctx end: %v %v", api.CodeOf(err), err)
+	}
+}
+
+func TestDynamicPodContextError(t *testing.T) {
+	r := newDynRig(t, time.Second)
+	mustNoErr(t, r.m.AddCIDR("default", pfx("10.1.0.0/24")))
+	_, err := r.m.Allocate(context.Background(), podAdd("c1", "missing"))
+	if api.CodeOf(err) != api.CodeUnavailable || !strings.Contains(err.Error(), "not found") {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestDynamicRemoveRacesAllocate(t *testing.T) {
+	// Allocations and block removals race; a block is removed only when nothing of it is
+	// held, and no address is ever handed out from a removed block or twice.
+	r := newDynRig(t, 2*time.Second)
+	blocks := []netip.Prefix{pfx("10.1.0.0/29"), pfx("10.1.0.8/29"), pfx("10.1.0.16/29")}
+	for _, b := range blocks {
+		mustNoErr(t, r.m.AddCIDR("default", b))
+	}
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		held = map[string]string{}
+		stop = make(chan struct{})
+	)
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				id := fmt.Sprintf("w%d-%d", w, i)
+				a, err := r.m.Allocate(context.Background(), podAdd(id, id))
+				if err != nil {
+					continue
+				}
+				addr := a.IPs[0].Address
+				mu.Lock()
+				if o, dup := held[addr]; dup {
+					mu.Unlock()
+					t.Errorf("%s handed to %s and %s", addr, o, id)
+					return
+				}
+				held[addr] = id
+				mu.Unlock()
+				time.Sleep(time.Millisecond)
+				mu.Lock()
+				delete(held, addr)
+				mu.Unlock()
+				if err := r.m.Release(context.Background(), &api.ReleaseRequest{Owner: a.Owner}); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	for i := range 300 {
+		b := blocks[i%len(blocks)]
+		if err := r.m.RemoveCIDR("default", b); err == nil {
+			mu.Lock()
+			for addr := range held {
+				if b.Contains(netip.MustParsePrefix(addr).Addr()) {
+					t.Errorf("block %s removed while %s is held", b, addr)
+				}
+			}
+			mu.Unlock()
+			time.Sleep(100 * time.Microsecond)
+			mustNoErr(t, r.m.AddCIDR("default", b))
+		} else if !errors.Is(err, ErrBlockInUse) {
+			t.Fatal(err)
+		}
+	}
+	close(stop)
+	wg.Wait()
+}
+
+func TestStaticManagerRefusesDynamicOps(t *testing.T) {
+	r := newRig(t, dualStack("10.0.0.0/24", "fd00::/120"))
+	if err := r.m.AddCIDR("v4", pfx("10.9.0.0/24")); !errors.Is(err, ErrNotDynamic) {
+		t.Fatalf("AddCIDR on static manager: %v", err)
+	}
+}

@@ -1,0 +1,54 @@
+package v1alpha1
+
+// Finalizers the operator puts on objects it hands blocks out of, so an object some node still
+// holds a block of is not deleted (the deletion waits, and the object's conditions say why).
+const (
+	FinalizerPoolInUse   = "allot.io/pool-in-use"
+	FinalizerConfigInUse = "allot.io/config-in-use"
+)
+
+// Condition types.
+const (
+	// ConditionReady (IPPool, ClusterCIDRConfig): the object is valid and blocks can be
+	// handed out of it.
+	ConditionReady = "Ready"
+	// ConditionExhausted (IPPool, ClusterCIDRConfig): a node asked for a block and none was free.
+	ConditionExhausted = "Exhausted"
+	// ConditionCIDRRemovalRefused (IPPool): CIDRs were removed from the spec while nodes still
+	// hold blocks of them; the operator keeps treating them as part of the pool until the
+	// blocks are released. The message lists them.
+	ConditionCIDRRemovalRefused = "CIDRRemovalRefused"
+	// ConditionDeletionRefused (IPPool, ClusterCIDRConfig): the object is being deleted while
+	// nodes hold blocks of it; the finalizer stays until they are released.
+	ConditionDeletionRefused = "DeletionRefused"
+	// ConditionCIDROverlap (IPPool): a CIDR overlaps another pool's CIDR and is not used.
+	ConditionCIDROverlap = "CIDROverlap"
+	// ConditionPoolsFulfilled (AllotNode): every request of spec.ipam.pools.requested is
+	// covered by allocated blocks.
+	ConditionPoolsFulfilled = "PoolsFulfilled"
+	// NodeConditionPodCIDRAssigned is the Node condition type the operator sets in
+	// ClusterCIDRConfig mode: False while no ClusterCIDRConfig can serve the node.
+	NodeConditionPodCIDRAssigned = "AllotPodCIDRAssigned"
+)
+
+// Condition reasons.
+const (
+	ReasonAllocated             = "Allocated"
+	ReasonPoolNotFound          = "PoolNotFound"
+	ReasonPoolExhausted         = "PoolExhausted"
+	ReasonPoolTerminating       = "PoolTerminating"
+	ReasonPoolFamilyMissing     = "PoolFamilyMissing"
+	ReasonInUse                 = "InUse"
+	ReasonNotInUse              = "NotInUse"
+	ReasonValid                 = "Valid"
+	ReasonInvalid               = "Invalid"
+	ReasonOverlap               = "Overlap"
+	ReasonNoMatchingConfig      = "NoMatchingClusterCIDRConfig"
+	ReasonAllConfigsFull        = "AllClusterCIDRConfigsFull"
+	ReasonPodCIDRAssigned       = "PodCIDRAssigned"
+	ReasonConflictingAllocation = "ConflictingAllocation"
+)
+
+// AnnotationClusterCIDRConfig is set by the operator on a Node it gave pod CIDRs to, naming
+// the ClusterCIDRConfig they came from (configs may overlap, so the CIDR alone cannot say).
+const AnnotationClusterCIDRConfig = "allot.io/cluster-cidr-config"

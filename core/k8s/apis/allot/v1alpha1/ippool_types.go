@@ -1,0 +1,147 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// IPPool is a cluster-wide pool of pod addresses. In multi-pool mode the operator hands it to
+// nodes in per-node blocks of spec.ipv4/ipv6.maskSize carved from the family's CIDRs (like
+// Cilium's CiliumPodIPPool). The selection fields (default, disable, affinities) are read by
+// the pool policies that choose a pod's pool (Spiderpool style).
+//
+// CIDRs may be added at any time. A CIDR some node still holds a block of cannot be removed,
+// and a pool some node still holds a block of cannot be deleted: the admission policy in
+// deploy/crds refuses the change (status.inUseCIDRs), and the operator's finalizer and
+// conditions back that up.
+//
+// +genclient
+// +genclient:nonNamespaced
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Cluster,shortName=ipp,categories=allot
+// +kubebuilder:printcolumn:name="V4 CIDRS",type=string,JSONPath=`.spec.ipv4.cidrs`
+// +kubebuilder:printcolumn:name="V4 USED",type=integer,JSONPath=`.status.ipv4.allocatedBlocks`,description="IPv4 blocks handed to nodes"
+// +kubebuilder:printcolumn:name="V4 TOTAL",type=integer,JSONPath=`.status.ipv4.totalBlocks`,description="IPv4 blocks the pool can hand out"
+// +kubebuilder:printcolumn:name="V6 CIDRS",type=string,JSONPath=`.spec.ipv6.cidrs`
+// +kubebuilder:printcolumn:name="V6 USED",type=integer,JSONPath=`.status.ipv6.allocatedBlocks`,description="IPv6 blocks handed to nodes"
+// +kubebuilder:printcolumn:name="V6 TOTAL",type=integer,JSONPath=`.status.ipv6.totalBlocks`,description="IPv6 blocks the pool can hand out"
+// +kubebuilder:printcolumn:name="IPS IN USE",type=integer,JSONPath=`.status.usedAddresses`,description="addresses pods use, as the agents report",priority=1
+// +kubebuilder:printcolumn:name="DEFAULT",type=boolean,JSONPath=`.spec.default`
+// +kubebuilder:printcolumn:name="AGE",type=date,JSONPath=`.metadata.creationTimestamp`
+type IPPool struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   IPPoolSpec   `json:"spec"`
+	Status IPPoolStatus `json:"status,omitempty"`
+}
+
+// IPPoolSpec is the desired pool.
+//
+// +kubebuilder:validation:XValidation:rule="has(self.ipv4) || has(self.ipv6)",message="at least one of spec.ipv4 and spec.ipv6 must be set"
+// +kubebuilder:validation:XValidation:rule="!has(self.ipv4) || self.ipv4.cidrs.all(c, isCIDR(c) && cidr(c).ip().family() == 4)",message="spec.ipv4.cidrs: every entry must be an IPv4 CIDR such as 10.0.0.0/16",fieldPath=".ipv4.cidrs"
+// +kubebuilder:validation:XValidation:rule="!has(self.ipv6) || self.ipv6.cidrs.all(c, isCIDR(c) && cidr(c).ip().family() == 6)",message="spec.ipv6.cidrs: every entry must be an IPv6 CIDR such as fd00::/104",fieldPath=".ipv6.cidrs"
+// +kubebuilder:validation:XValidation:rule="!has(self.ipv4) || self.ipv4.cidrs.all(c, !isCIDR(c) || cidr(c) == cidr(c).masked())",message="spec.ipv4.cidrs: an entry has host bits set; write the network address (10.0.0.0/16, not 10.0.0.1/16)",fieldPath=".ipv4.cidrs"
+// +kubebuilder:validation:XValidation:rule="!has(self.ipv6) || self.ipv6.cidrs.all(c, !isCIDR(c) || cidr(c) == cidr(c).masked())",message="spec.ipv6.cidrs: an entry has host bits set; write the network address (fd00::/104, not fd00::1/104)",fieldPath=".ipv6.cidrs"
+// +kubebuilder:validation:XValidation:rule="!has(self.ipv4) || self.ipv4.maskSize <= 32",message="spec.ipv4.maskSize must be at most 32",fieldPath=".ipv4.maskSize"
+// +kubebuilder:validation:XValidation:rule="!has(self.ipv4) || self.ipv4.cidrs.all(c, !isCIDR(c) || cidr(c).prefixLength() <= self.ipv4.maskSize)",message="spec.ipv4.maskSize must be at least the prefix length of every CIDR in spec.ipv4.cidrs",fieldPath=".ipv4.maskSize"
+// +kubebuilder:validation:XValidation:rule="!has(self.ipv6) || self.ipv6.cidrs.all(c, !isCIDR(c) || cidr(c).prefixLength() <= self.ipv6.maskSize)",message="spec.ipv6.maskSize must be at least the prefix length of every CIDR in spec.ipv6.cidrs",fieldPath=".ipv6.maskSize"
+// +kubebuilder:validation:XValidation:rule="!has(self.ipv4) || self.ipv4.cidrs.all(a, !isCIDR(a) || self.ipv4.cidrs.exists_one(b, isCIDR(b) && (cidr(a).containsCIDR(cidr(b)) || cidr(b).containsCIDR(cidr(a)))))",message="spec.ipv4.cidrs: entries must not overlap",fieldPath=".ipv4.cidrs"
+// +kubebuilder:validation:XValidation:rule="!has(self.ipv6) || self.ipv6.cidrs.all(a, !isCIDR(a) || self.ipv6.cidrs.exists_one(b, isCIDR(b) && (cidr(a).containsCIDR(cidr(b)) || cidr(b).containsCIDR(cidr(a)))))",message="spec.ipv6.cidrs: entries must not overlap",fieldPath=".ipv6.cidrs"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.ipv4) || !has(self.ipv4) || self.ipv4.maskSize == oldSelf.ipv4.maskSize",message="spec.ipv4.maskSize is immutable (nodes hold blocks of the old size); create a new pool instead",fieldPath=".ipv4.maskSize"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.ipv6) || !has(self.ipv6) || self.ipv6.maskSize == oldSelf.ipv6.maskSize",message="spec.ipv6.maskSize is immutable (nodes hold blocks of the old size); create a new pool instead",fieldPath=".ipv6.maskSize"
+type IPPoolSpec struct {
+	// IPv4 holds the pool's IPv4 CIDRs and per-node block size.
+	// +optional
+	IPv4 *PoolFamily `json:"ipv4,omitempty"`
+	// IPv6 holds the pool's IPv6 CIDRs and per-node block size.
+	// +optional
+	IPv6 *PoolFamily `json:"ipv6,omitempty"`
+
+	// Default marks a cluster default pool (used when nothing names a pool).
+	// +optional
+	Default bool `json:"default,omitempty"`
+	// Disable stops the pool handing out new addresses; those in use stay.
+	// +optional
+	Disable bool `json:"disable,omitempty"`
+	// NodeName limits the pool to these nodes (empty: any node).
+	// +optional
+	// +listType=set
+	NodeName []string `json:"nodeName,omitempty"`
+	// NodeAffinity limits the pool to nodes whose labels match.
+	// +optional
+	NodeAffinity *metav1.LabelSelector `json:"nodeAffinity,omitempty"`
+	// NamespaceName limits the pool to pods of these namespaces (empty: any).
+	// +optional
+	// +listType=set
+	NamespaceName []string `json:"namespaceName,omitempty"`
+	// NamespaceAffinity limits the pool to pods of namespaces whose labels match.
+	// +optional
+	NamespaceAffinity *metav1.LabelSelector `json:"namespaceAffinity,omitempty"`
+	// PodAffinity limits the pool to pods whose labels match.
+	// +optional
+	PodAffinity *metav1.LabelSelector `json:"podAffinity,omitempty"`
+	// MultusName limits the pool to these Multus networks (namespace/name).
+	// +optional
+	// +listType=set
+	MultusName []string `json:"multusName,omitempty"`
+}
+
+// PoolFamily is one address family of a pool.
+type PoolFamily struct {
+	// CIDRs the pool hands blocks out of. CIDRs may be added at run time; a CIDR some node
+	// holds a block of cannot be removed.
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=64
+	// +listType=set
+	// +kubebuilder:validation:items:MaxLength=43
+	CIDRs []string `json:"cidrs"`
+	// MaskSize is the prefix length of every per-node block (immutable).
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=128
+	MaskSize int32 `json:"maskSize"`
+}
+
+// IPPoolStatus is the pool as the operator sees it.
+type IPPoolStatus struct {
+	// ObservedGeneration is the spec generation this status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// IPv4 is the IPv4 block usage.
+	// +optional
+	IPv4 *PoolFamilyStatus `json:"ipv4,omitempty"`
+	// IPv6 is the IPv6 block usage.
+	// +optional
+	IPv6 *PoolFamilyStatus `json:"ipv6,omitempty"`
+	// UsedAddresses is the number of addresses pods use, summed over the nodes' reports
+	// (AllotNode status.ipam.pools).
+	// +optional
+	UsedAddresses int64 `json:"usedAddresses,omitempty"`
+	// InUseCIDRs are the pool's CIDRs (both families) some node holds a block of. The
+	// admission policy refuses an update that removes one of them from the spec.
+	// +optional
+	// +listType=set
+	InUseCIDRs []string `json:"inUseCIDRs,omitempty"`
+	// Conditions: Ready, Exhausted, CIDRRemovalRefused, DeletionRefused, CIDROverlap.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// PoolFamilyStatus is the block usage of one family.
+type PoolFamilyStatus struct {
+	// TotalBlocks is the number of blocks the family's CIDRs hold (saturating).
+	TotalBlocks int64 `json:"totalBlocks"`
+	// AllocatedBlocks is the number of blocks handed to nodes.
+	AllocatedBlocks int64 `json:"allocatedBlocks"`
+}
+
+// IPPoolList is a list of IPPools.
+//
+// +kubebuilder:object:root=true
+type IPPoolList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []IPPool `json:"items"`
+}

@@ -1,0 +1,553 @@
+package operator
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/allot-ipam/allot/core/blockalloc"
+	allotk8s "github.com/allot-ipam/allot/core/k8s"
+	allotv1 "github.com/allot-ipam/allot/core/k8s/apis/allot/v1alpha1"
+	nodelabels "github.com/allot-ipam/allot/plugins/policy/node-labels"
+	"github.com/allot-ipam/allot/sdk/policy"
+)
+
+const kindConfig = "clustercidrconfig"
+
+func (op *operator) setupClusterCIDR(mgr ctrl.Manager) error {
+	// Nodes change often (kubelet status); only labels, pod CIDRs and identity matter here.
+	nodeChanged := predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+		o, n := e.ObjectOld.(*corev1.Node), e.ObjectNew.(*corev1.Node)
+		return o.UID != n.UID || !equality.Semantic.DeepEqual(o.Labels, n.Labels) ||
+			o.Spec.PodCIDR != n.Spec.PodCIDR || !slices.Equal(o.Spec.PodCIDRs, n.Spec.PodCIDRs)
+	}}
+	if err := ctrl.NewControllerManagedBy(mgr).Named("allot-node-podcidr").
+		For(&corev1.Node{}, builder.WithPredicates(nodeChanged)).
+		WatchesRawSource(op.k8sNodeKick.source()).
+		WithOptions(controller.Options{MaxConcurrentReconciles: op.opts.Workers}).
+		Complete(quiet(op.reconcileNode)); err != nil {
+		return err
+	}
+	return ctrl.NewControllerManagedBy(mgr).Named("allot-clustercidrconfig").
+		For(&allotv1.ClusterCIDRConfig{}).
+		WatchesRawSource(op.configDirty.source()).
+		WithOptions(controller.Options{MaxConcurrentReconciles: 2}).
+		Complete(quiet(op.reconcileConfig))
+}
+
+// nodePodCIDRs parses a Node's pod CIDRs (spec.podCIDRs, else spec.podCIDR).
+func nodePodCIDRs(n *corev1.Node) []netip.Prefix {
+	src := n.Spec.PodCIDRs
+	if len(src) == 0 && n.Spec.PodCIDR != "" {
+		src = []string{n.Spec.PodCIDR}
+	}
+	var out []netip.Prefix
+	for _, s := range src {
+		if p, err := netip.ParsePrefix(s); err == nil {
+			out = append(out, p.Masked())
+		}
+	}
+	return out
+}
+
+// configOf says which config a Node's pod CIDRs came from: the operator's annotation, else the
+// first config (by name) containing them all.
+func configOf(n *corev1.Node, cidrs []netip.Prefix, cfgs []allotv1.ClusterCIDRConfig) string {
+	if a := n.Annotations[allotv1.AnnotationClusterCIDRConfig]; a != "" {
+		return a
+	}
+	for i := range cfgs {
+		v, err := allotk8s.CIDRConfigView(&cfgs[i])
+		if err != nil {
+			continue
+		}
+		all := true
+		for _, c := range cidrs {
+			s := v.IPv4
+			if !c.Addr().Is4() {
+				s = v.IPv6
+			}
+			if s == nil || s.CIDR.Bits() > c.Bits() || !s.CIDR.Contains(c.Addr()) {
+				all = false
+				break
+			}
+		}
+		if all {
+			return cfgs[i].Name
+		}
+	}
+	return ""
+}
+
+// rebuildClusterCIDR reserves every Node's pod CIDRs, read from the API server. Called with
+// st.mu held.
+func (op *operator) rebuildClusterCIDR(ctx context.Context) error {
+	var nodes corev1.NodeList
+	if err := op.reader.List(ctx, &nodes); err != nil {
+		return fmt.Errorf("list Nodes: %w", err)
+	}
+	var cfgs allotv1.ClusterCIDRConfigList
+	if err := op.reader.List(ctx, &cfgs); err != nil {
+		return fmt.Errorf("list ClusterCIDRConfigs: %w", err)
+	}
+	slices.SortFunc(cfgs.Items, func(a, b allotv1.ClusterCIDRConfig) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(nodes.Items, func(a, b corev1.Node) int { return strings.Compare(a.Name, b.Name) })
+	for i := range nodes.Items {
+		n := &nodes.Items[i]
+		cidrs := nodePodCIDRs(n)
+		if len(cidrs) == 0 {
+			continue
+		}
+		h := &nodeHold{uid: n.UID, config: configOf(n, cidrs, cfgs.Items)}
+		for _, c := range cidrs {
+			if err := op.st.set.Reserve(c); err != nil {
+				op.log.Warn("rebuild: conflicting pod CIDR", "node", n.Name, "cidr", c, "err", err)
+				continue
+			}
+			h.blocks = append(h.blocks, c)
+		}
+		op.st.nodes[n.Name] = h
+	}
+	return nil
+}
+
+// reconcileNode gives a Node without pod CIDRs its blocks from the best ClusterCIDRConfig
+// with a free block, or marks it as waiting.
+func (op *operator) reconcileNode(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	if err := op.waitReady(ctx); err != nil {
+		return reconcile.Result{}, err
+	}
+	name := req.Name
+	var node corev1.Node
+	if err := op.client.Get(ctx, req.NamespacedName, &node); err != nil {
+		if apierrors.IsNotFound(err) {
+			op.forgetNode(name)
+			return reconcile.Result{}, nil
+		}
+		return reconcile.Result{}, err
+	}
+	var cfgs allotv1.ClusterCIDRConfigList
+	if err := op.client.List(ctx, &cfgs); err != nil {
+		return reconcile.Result{}, err
+	}
+	slices.SortFunc(cfgs.Items, func(a, b allotv1.ClusterCIDRConfig) int { return strings.Compare(a.Name, b.Name) })
+	byName := map[string]*allotv1.ClusterCIDRConfig{}
+	for i := range cfgs.Items {
+		byName[cfgs.Items[i].Name] = &cfgs.Items[i]
+	}
+
+	st := op.st
+	st.mu.Lock()
+	h := st.nodes[name]
+	if h != nil && h.uid != node.UID {
+		op.releaseNodeLocked(name, h)
+		h = nil
+	}
+	if cidrs := nodePodCIDRs(&node); len(cidrs) > 0 {
+		// Served (by us or anyone): make sure its blocks are taken.
+		var conflicts []string
+		if h == nil {
+			h = &nodeHold{uid: node.UID, config: configOf(&node, cidrs, cfgs.Items)}
+			for _, c := range cidrs {
+				if err := st.set.Reserve(c); err != nil {
+					conflicts = append(conflicts, err.Error())
+					continue
+				}
+				h.blocks = append(h.blocks, c)
+			}
+			st.nodes[name] = h
+		}
+		delete(st.waiting, name)
+		cfg := h.config
+		st.mu.Unlock()
+		if cfg != "" {
+			op.configDirty.add(cfg)
+		}
+		if len(conflicts) > 0 {
+			op.m.refusals.WithLabelValues(refusalConflict).Add(float64(len(conflicts)))
+			op.event(&node, corev1.EventTypeWarning, allotv1.ReasonConflictingAllocation, "Allocate",
+				"pod CIDRs overlap other nodes' pod CIDRs: %s", strings.Join(conflicts, "; "))
+		}
+		return reconcile.Result{}, op.setNodeCondition(ctx, &node, true, allotv1.ReasonPodCIDRAssigned,
+			assignedMessage(node.Spec.PodCIDRs, cfg), false)
+	}
+	if h != nil && len(h.blocks) > 0 {
+		// We wrote pod CIDRs the cache does not show yet; the update event follows.
+		st.mu.Unlock()
+		return reconcile.Result{}, nil
+	}
+	views := make([]policy.CIDRConfigView, 0, len(cfgs.Items))
+	for i := range cfgs.Items {
+		c := &cfgs.Items[i]
+		if c.DeletionTimestamp != nil || st.terminating["ccc/"+c.Name] {
+			continue
+		}
+		v, err := allotk8s.CIDRConfigView(c)
+		if err != nil {
+			continue // the config's Ready condition says why
+		}
+		v.FreeBlocks = op.freeBlocksLocked(&v)
+		views = append(views, v)
+	}
+	st.mu.Unlock()
+
+	nreq := &policy.NodeRequest{Node: policy.Node{Name: name, Labels: node.Labels}, Configs: views}
+	d, err := op.opts.NodePolicy.SelectNodeCIDRConfig(ctx, nreq)
+	if err != nil {
+		return reconcile.Result{}, fmt.Errorf("node policy for node %s: %w", name, err)
+	}
+	var blocks []netip.Prefix
+	var chosen string
+	if d.Code == policy.Decided {
+		st.mu.Lock()
+		for _, cname := range d.Configs {
+			c := byName[cname]
+			if c == nil {
+				continue
+			}
+			v, err := allotk8s.CIDRConfigView(c)
+			if err != nil {
+				continue
+			}
+			if bs, ok := op.carveLocked(&v); ok {
+				blocks, chosen = bs, cname
+				break
+			}
+		}
+		if chosen != "" {
+			st.nodes[name] = &nodeHold{uid: node.UID, config: chosen, blocks: blocks}
+			delete(st.waiting, name)
+		}
+		st.mu.Unlock()
+	}
+	if chosen == "" {
+		return op.nodeWaits(ctx, &node, d)
+	}
+
+	orig := node.DeepCopy()
+	node.Spec.PodCIDRs = nil
+	for _, b := range blocks {
+		node.Spec.PodCIDRs = append(node.Spec.PodCIDRs, b.String())
+	}
+	node.Spec.PodCIDR = node.Spec.PodCIDRs[0]
+	if node.Annotations == nil {
+		node.Annotations = map[string]string{}
+	}
+	node.Annotations[allotv1.AnnotationClusterCIDRConfig] = chosen
+	if err := op.client.Patch(ctx, &node, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+		st.mu.Lock()
+		if cur := st.nodes[name]; cur != nil && cur.uid == node.UID {
+			op.releaseNodeLocked(name, cur)
+		}
+		st.mu.Unlock()
+		if apierrors.IsConflict(err) {
+			return reconcile.Result{RequeueAfter: conflictRetry}, nil
+		}
+		if apierrors.IsNotFound(err) {
+			return reconcile.Result{}, nil
+		}
+		return reconcile.Result{}, fmt.Errorf("set pod CIDRs of node %s: %w", name, err)
+	}
+	op.m.allocated.WithLabelValues(kindConfig, chosen).Inc()
+	op.configDirty.add(chosen)
+	op.event(&node, corev1.EventTypeNormal, allotv1.ReasonPodCIDRAssigned, "Allocate",
+		"pod CIDRs %s from ClusterCIDRConfig %q", strings.Join(node.Spec.PodCIDRs, ", "), chosen)
+	return reconcile.Result{}, op.setNodeCondition(ctx, &node, true, allotv1.ReasonPodCIDRAssigned,
+		assignedMessage(node.Spec.PodCIDRs, chosen), false)
+}
+
+func assignedMessage(cidrs []string, config string) string {
+	if config == "" {
+		return fmt.Sprintf("pod CIDRs %s (not from a known ClusterCIDRConfig)", strings.Join(cidrs, ", "))
+	}
+	return fmt.Sprintf("pod CIDRs %s from ClusterCIDRConfig %q", strings.Join(cidrs, ", "), config)
+}
+
+// nodeWaits records that no config can serve the node now: a Node condition and an Event
+// (once per reason), and the node is re-queued when configs change or blocks are freed.
+func (op *operator) nodeWaits(ctx context.Context, node *corev1.Node, d policy.NodeDecision) (reconcile.Result, error) {
+	reason, refusal := allotv1.ReasonNoMatchingConfig, refusalNoMatch
+	msg := d.Reason
+	switch {
+	case d.Code == policy.NoFit && nodelabels.IsAllFull(d.Reason):
+		reason, refusal = allotv1.ReasonAllConfigsFull, ""
+	case d.Code == policy.Decided:
+		// Every candidate filled up between the policy's view and the carving.
+		reason, refusal = allotv1.ReasonAllConfigsFull, ""
+		msg = fmt.Sprintf("%s: %s matched node %q but filled up", nodelabels.ReasonAllFull, strings.Join(d.Configs, ", "), node.Name)
+	case d.Code == policy.Skip:
+		msg = fmt.Sprintf("%s: the node policy had no opinion on node %q", nodelabels.ReasonNoMatch, node.Name)
+	}
+	if msg == "" {
+		msg = nodelabels.ReasonNoMatch
+	}
+	op.st.mu.Lock()
+	prev, was := op.st.waiting[node.Name]
+	op.st.waiting[node.Name] = msg
+	op.st.mu.Unlock()
+	if !was || prev != msg {
+		if refusal != "" {
+			op.m.refusals.WithLabelValues(refusal).Inc()
+		} else {
+			op.m.exhausted.WithLabelValues(kindConfig, strings.Join(d.Configs, ",")).Inc()
+		}
+		op.event(node, corev1.EventTypeWarning, reason, "Allocate", "%s", msg)
+		op.log.Info("node gets no pod CIDR yet", "node", node.Name, "reason", msg)
+	}
+	return reconcile.Result{}, op.setNodeCondition(ctx, node, false, reason, msg, true)
+}
+
+// setNodeCondition sets the AllotPodCIDRAssigned Node condition with a strategic merge patch
+// of status (other conditions, the kubelet's, are left alone). A True condition is only
+// written to replace an existing one (a node served at once needs no condition: its pod
+// CIDRs say it), unless always.
+func (op *operator) setNodeCondition(ctx context.Context, node *corev1.Node, ok bool, reason, msg string, always bool) error {
+	status := corev1.ConditionFalse
+	if ok {
+		status = corev1.ConditionTrue
+	}
+	i := slices.IndexFunc(node.Status.Conditions, func(c corev1.NodeCondition) bool {
+		return c.Type == allotv1.NodeConditionPodCIDRAssigned
+	})
+	if i < 0 && !always {
+		return nil
+	}
+	if i >= 0 {
+		c := node.Status.Conditions[i]
+		if c.Status == status && c.Reason == reason && c.Message == msg {
+			return nil
+		}
+	}
+	orig := node.DeepCopy()
+	now := metav1.Now()
+	c := corev1.NodeCondition{Type: allotv1.NodeConditionPodCIDRAssigned, Status: status, Reason: reason, Message: msg,
+		LastHeartbeatTime: now, LastTransitionTime: now}
+	if i >= 0 {
+		if node.Status.Conditions[i].Status == status {
+			c.LastTransitionTime = node.Status.Conditions[i].LastTransitionTime
+		}
+		node.Status.Conditions[i] = c
+	} else {
+		node.Status.Conditions = append(node.Status.Conditions, c)
+	}
+	if err := op.client.Status().Patch(ctx, node, client.StrategicMergeFrom(orig)); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("node %s condition %s: %w", node.Name, allotv1.NodeConditionPodCIDRAssigned, err)
+	}
+	return nil
+}
+
+// freeBlocksLocked is the number of nodes a config can still serve: the smaller family's free
+// block count.
+func (op *operator) freeBlocksLocked(v *policy.CIDRConfigView) uint64 {
+	free := ^uint64(0)
+	for _, s := range []*policy.CIDRSpec{v.IPv4, v.IPv6} {
+		if s == nil {
+			continue
+		}
+		if s.PerNodeMaskSize < s.CIDR.Bits() || s.PerNodeMaskSize > s.CIDR.Addr().BitLen() || s.CIDR.Masked() != s.CIDR {
+			return 0
+		}
+		free = min(free, op.st.set.FreeBlocks(s.CIDR, s.PerNodeMaskSize))
+	}
+	if v.IPv4 == nil && v.IPv6 == nil {
+		return 0
+	}
+	return free
+}
+
+// carveLocked takes one block per family of the config (IPv4 first), all or none.
+func (op *operator) carveLocked(v *policy.CIDRConfigView) ([]netip.Prefix, bool) {
+	var out []netip.Prefix
+	for _, s := range []*policy.CIDRSpec{v.IPv4, v.IPv6} {
+		if s == nil {
+			continue
+		}
+		b, err := op.st.set.Allocate(s.CIDR, s.PerNodeMaskSize)
+		if err != nil {
+			for _, p := range out {
+				op.st.set.Release(p)
+			}
+			return nil, false
+		}
+		out = append(out, b)
+	}
+	return out, len(out) > 0
+}
+
+func (op *operator) releaseNodeLocked(name string, h *nodeHold) {
+	for _, b := range h.blocks {
+		op.st.set.Release(b)
+	}
+	if len(h.blocks) > 0 && h.config != "" {
+		op.m.released.WithLabelValues(kindConfig, h.config).Inc()
+	}
+	delete(op.st.nodes, name)
+}
+
+// forgetNode frees a deleted Node's blocks and re-queues the nodes waiting for a free block.
+func (op *operator) forgetNode(name string) {
+	st := op.st
+	st.mu.Lock()
+	var cfg string
+	freed := false
+	if h := st.nodes[name]; h != nil {
+		cfg, freed = h.config, len(h.blocks) > 0
+		op.releaseNodeLocked(name, h)
+	}
+	delete(st.waiting, name)
+	waiting := st.waitingNodes()
+	st.mu.Unlock()
+	if cfg != "" {
+		op.configDirty.add(cfg)
+	}
+	if freed {
+		op.k8sNodeKick.add(waiting...)
+	}
+}
+
+// reconcileConfig keeps a ClusterCIDRConfig's finalizer, status and conditions, and re-queues
+// the nodes waiting for a config.
+func (op *operator) reconcileConfig(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	if err := op.waitReady(ctx); err != nil {
+		return reconcile.Result{}, err
+	}
+	name := req.Name
+	var cfg allotv1.ClusterCIDRConfig
+	if err := op.client.Get(ctx, req.NamespacedName, &cfg); err != nil {
+		if apierrors.IsNotFound(err) {
+			op.st.mu.Lock()
+			delete(op.st.terminating, "ccc/"+name)
+			waiting := op.st.waitingNodes()
+			op.st.mu.Unlock()
+			op.k8sNodeKick.add(waiting...)
+			return reconcile.Result{}, nil
+		}
+		return reconcile.Result{}, err
+	}
+	terminating := cfg.DeletionTimestamp != nil
+	if !terminating && !controllerutil.ContainsFinalizer(&cfg, allotv1.FinalizerConfigInUse) {
+		controllerutil.AddFinalizer(&cfg, allotv1.FinalizerConfigInUse)
+		if err := op.client.Update(ctx, &cfg); err != nil {
+			if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+				return reconcile.Result{RequeueAfter: conflictRetry}, nil
+			}
+			return reconcile.Result{}, fmt.Errorf("add finalizer to ClusterCIDRConfig %s: %w", name, err)
+		}
+	}
+	v, verr := allotk8s.CIDRConfigView(&cfg)
+	if verr == nil {
+		verr = nodelabels.ValidateConfig(&v)
+	}
+
+	st := op.st
+	st.mu.Lock()
+	if terminating {
+		st.terminating["ccc/"+name] = true
+	}
+	var holders []string
+	for n, h := range st.nodes {
+		if h.config == name {
+			holders = append(holders, n)
+		}
+	}
+	var free uint64
+	if verr == nil {
+		free = op.freeBlocksLocked(&v)
+	}
+	waiting := st.waitingNodes()
+	st.mu.Unlock()
+	slices.Sort(holders)
+
+	want := cfg.Status.DeepCopy()
+	want.AllocatedBlocks = int64(len(holders))
+	want.TotalBlocks = 0
+	if verr == nil {
+		total := ^uint64(0)
+		for _, s := range []*policy.CIDRSpec{v.IPv4, v.IPv6} {
+			if s != nil {
+				total = min(total, blockalloc.TotalBlocks(s.CIDR, s.PerNodeMaskSize))
+			}
+		}
+		want.TotalBlocks = int64(min(total, 1<<62))
+	}
+	gen := cfg.Generation
+	ready := metav1.Condition{Type: allotv1.ConditionReady, Status: metav1.ConditionTrue, Reason: allotv1.ReasonValid,
+		Message: "nodes matching the selector get pod CIDRs from this config", ObservedGeneration: gen}
+	switch {
+	case verr != nil:
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, allotv1.ReasonInvalid, verr.Error()
+	case terminating:
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, allotv1.ReasonPoolTerminating, "the config is being deleted; it serves no new node"
+	}
+	meta.SetStatusCondition(&want.Conditions, ready)
+	var evs []pendingEvent
+	cond := func(typ string, on bool, reason, msg, refusal string) {
+		if !on {
+			meta.RemoveStatusCondition(&want.Conditions, typ)
+			return
+		}
+		if prev := meta.FindStatusCondition(want.Conditions, typ); prev == nil || prev.Message != msg {
+			evs = append(evs, pendingEvent{reason: typ, action: "Validate", note: msg})
+			if refusal != "" {
+				op.m.refusals.WithLabelValues(refusal).Inc()
+			}
+		}
+		meta.SetStatusCondition(&want.Conditions, metav1.Condition{Type: typ, Status: metav1.ConditionTrue, Reason: reason, Message: msg, ObservedGeneration: gen})
+	}
+	cond(allotv1.ConditionExhausted, verr == nil && free == 0, allotv1.ReasonPoolExhausted,
+		"every per-node block is taken; matching nodes get the next best config, or wait", "")
+	cond(allotv1.ConditionDeletionRefused, terminating && len(holders) > 0, allotv1.ReasonInUse,
+		fmt.Sprintf("deletion refused: node(s) %s hold pod CIDRs of this config; it is deleted once they are gone (finalizer %s)",
+			strings.Join(firstN(holders, 10), ", "), allotv1.FinalizerConfigInUse), refusalConfigDeletion)
+	op.m.blocks.WithLabelValues(kindConfig, name, "node").Set(float64(len(holders)))
+
+	if terminating && len(holders) == 0 {
+		if controllerutil.ContainsFinalizer(&cfg, allotv1.FinalizerConfigInUse) {
+			controllerutil.RemoveFinalizer(&cfg, allotv1.FinalizerConfigInUse)
+			if err := op.client.Update(ctx, &cfg); err != nil && !apierrors.IsNotFound(err) {
+				if apierrors.IsConflict(err) {
+					return reconcile.Result{RequeueAfter: conflictRetry}, nil
+				}
+				return reconcile.Result{}, fmt.Errorf("remove finalizer of ClusterCIDRConfig %s: %w", name, err)
+			}
+		}
+		return reconcile.Result{}, nil
+	}
+	if !equality.Semantic.DeepEqual(want, &cfg.Status) {
+		if wait := op.statusWait("ccc/" + name); wait > 0 && sameConditions(want.Conditions, cfg.Status.Conditions) {
+			op.k8sNodeKick.add(waiting...)
+			return reconcile.Result{RequeueAfter: wait}, nil
+		}
+		upd := cfg.DeepCopy()
+		upd.Status = *want
+		if err := op.client.Status().Update(ctx, upd); err != nil {
+			if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+				return reconcile.Result{RequeueAfter: conflictRetry}, nil
+			}
+			return reconcile.Result{}, fmt.Errorf("update ClusterCIDRConfig %s status: %w", name, err)
+		}
+		op.statusWritten("ccc/" + name)
+		for _, ev := range evs {
+			op.event(upd, corev1.EventTypeWarning, ev.reason, ev.action, "%s", ev.note)
+		}
+	}
+	// A new or changed config may serve waiting nodes.
+	op.k8sNodeKick.add(waiting...)
+	return reconcile.Result{}, nil
+}

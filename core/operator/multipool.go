@@ -1,0 +1,734 @@
+package operator
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/allot-ipam/allot/core/blockalloc"
+	allotv1 "github.com/allot-ipam/allot/core/k8s/apis/allot/v1alpha1"
+)
+
+const (
+	kindPool = "ippool"
+	// maxBlocksPerPool bounds one node's blocks from one pool (the CRD's maxItems).
+	maxBlocksPerPool = 1024
+	conflictRetry    = 20 * time.Millisecond
+)
+
+func (op *operator) setupMultiPool(mgr ctrl.Manager) error {
+	if err := ctrl.NewControllerManagedBy(mgr).Named("allot-allotnode").
+		For(&allotv1.AllotNode{}).
+		WatchesRawSource(op.nodeKick.source()).
+		WithOptions(controller.Options{MaxConcurrentReconciles: op.opts.Workers}).
+		Complete(quiet(op.reconcileAllotNode)); err != nil {
+		return err
+	}
+	return ctrl.NewControllerManagedBy(mgr).Named("allot-ippool").
+		For(&allotv1.IPPool{}).
+		WatchesRawSource(op.poolDirty.source()).
+		WithOptions(controller.Options{MaxConcurrentReconciles: 2}).
+		Complete(quiet(op.reconcilePool))
+}
+
+// rebuildMultiPool reserves every block every AllotNode holds, read from the API server.
+// Called with st.mu held.
+func (op *operator) rebuildMultiPool(ctx context.Context) error {
+	var list allotv1.AllotNodeList
+	if err := op.reader.List(ctx, &list); err != nil {
+		return fmt.Errorf("list AllotNodes: %w", err)
+	}
+	slices.SortFunc(list.Items, func(a, b allotv1.AllotNode) int { return strings.Compare(a.Name, b.Name) })
+	for i := range list.Items {
+		n := &list.Items[i]
+		h := &allotHold{uid: n.UID, generation: n.Generation, blocks: map[netip.Prefix]string{}}
+		for b, pool := range allocatedBlocks(n) {
+			if err := op.st.set.Reserve(b); err != nil {
+				// Two nodes claim overlapping blocks (written by hand, or by an older
+				// version): keep the first, the node's reconcile reports the conflict.
+				op.log.Warn("rebuild: conflicting block", "allotNode", n.Name, "block", b, "err", err)
+				continue
+			}
+			h.blocks[b] = pool
+		}
+		op.st.allot[n.Name] = h
+	}
+	return nil
+}
+
+// allocatedBlocks parses spec.ipam.pools.allocated; unparsable entries (the CRD refuses them)
+// are skipped.
+func allocatedBlocks(n *allotv1.AllotNode) map[netip.Prefix]string {
+	out := map[netip.Prefix]string{}
+	for _, a := range n.Spec.IPAM.Pools.Allocated {
+		for _, s := range a.CIDRs {
+			if p, err := parsePrefix(s); err == nil {
+				out[p] = a.Pool
+			}
+		}
+	}
+	return out
+}
+
+// reconcileAllotNode syncs the operator's view of one node with its object (blocks the agent
+// released are freed), then hands out blocks until every request is covered.
+func (op *operator) reconcileAllotNode(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	if err := op.waitReady(ctx); err != nil {
+		return reconcile.Result{}, err
+	}
+	name := req.Name
+	var obj allotv1.AllotNode
+	if err := op.client.Get(ctx, req.NamespacedName, &obj); err != nil {
+		if apierrors.IsNotFound(err) {
+			op.forgetAllotNode(name)
+			return reconcile.Result{}, nil
+		}
+		return reconcile.Result{}, err
+	}
+	var pools allotv1.IPPoolList
+	if err := op.client.List(ctx, &pools); err != nil {
+		return reconcile.Result{}, err
+	}
+	table := buildPoolTable(pools.Items)
+
+	st := op.st
+	st.mu.Lock()
+	h := st.allot[name]
+	if h != nil && h.uid != obj.UID {
+		// Deleted and recreated under the same name: the old object's blocks are free.
+		op.releaseAllLocked(name, h)
+		h = nil
+	}
+	if h != nil && obj.Generation < h.generation {
+		// The cache has not caught up with our own last write; its update event follows.
+		st.mu.Unlock()
+		return reconcile.Result{}, nil
+	}
+	if h == nil {
+		h = &allotHold{uid: obj.UID, blocks: map[netip.Prefix]string{}}
+		st.allot[name] = h
+	}
+	dirty := map[string]bool{}
+	observed := allocatedBlocks(&obj)
+	var released []netip.Prefix
+	for b, pool := range h.blocks {
+		if p, ok := observed[b]; !ok || p != pool {
+			st.set.Release(b)
+			delete(h.blocks, b)
+			released = append(released, b)
+			dirty[pool] = true
+			op.m.released.WithLabelValues(kindPool, pool).Inc()
+		}
+	}
+	var conflicts []string
+	for _, b := range sortedKeys(observed) {
+		pool := observed[b]
+		if _, ok := h.blocks[b]; ok {
+			continue
+		}
+		if err := st.set.Reserve(b); err != nil {
+			conflicts = append(conflicts, fmt.Sprintf("%s (pool %q): %v", b, pool, err))
+			continue
+		}
+		h.blocks[b] = pool
+		dirty[pool] = true
+	}
+	h.generation = obj.Generation
+
+	oldUnmet := map[string]unmetReason{}
+	for pool, m := range st.unmet {
+		if r, ok := m[name]; ok {
+			oldUnmet[pool] = r
+		}
+	}
+	st.clearUnmet(name)
+	added := map[netip.Prefix]string{}
+	requests := slices.Clone(obj.Spec.IPAM.Pools.Requested)
+	slices.SortFunc(requests, func(a, b allotv1.PoolRequest) int { return strings.Compare(a.Pool, b.Pool) })
+	for _, r := range requests {
+		if msg, exhausted := op.fulfilLocked(name, h, r, table[r.Pool], added); msg != "" {
+			st.setUnmet(r.Pool, name, unmetReason{exhausted: exhausted, message: msg})
+		}
+	}
+	newUnmet := map[string]unmetReason{}
+	for pool, m := range st.unmet {
+		if r, ok := m[name]; ok {
+			newUnmet[pool] = r
+		}
+	}
+	st.mu.Unlock()
+	for pool, r := range newUnmet {
+		if old, ok := oldUnmet[pool]; !ok || old != r {
+			dirty[pool] = true
+			if r.exhausted {
+				op.m.exhausted.WithLabelValues(kindPool, pool).Inc()
+				op.event(&obj, corev1.EventTypeWarning, allotv1.ReasonPoolExhausted, "Allocate", "%s", r.message)
+			}
+		}
+	}
+	for pool := range oldUnmet {
+		if _, ok := newUnmet[pool]; !ok {
+			dirty[pool] = true
+		}
+	}
+	if len(conflicts) > 0 {
+		op.m.refusals.WithLabelValues(refusalConflict).Add(float64(len(conflicts)))
+		op.event(&obj, corev1.EventTypeWarning, allotv1.ReasonConflictingAllocation, "Allocate",
+			"blocks overlap blocks of other nodes and are not counted: %s", strings.Join(conflicts, "; "))
+	}
+	if len(released) > 0 {
+		op.log.Debug("blocks released", "allotNode", name, "blocks", released)
+	}
+
+	cur := &obj
+	if len(added) > 0 {
+		upd := obj.DeepCopy()
+		addAllocations(upd, added)
+		if err := op.client.Update(ctx, upd); err != nil {
+			st.mu.Lock()
+			for b := range added {
+				st.set.Release(b)
+				delete(h.blocks, b)
+			}
+			st.mu.Unlock()
+			op.poolDirty.add(keys(dirty)...)
+			if apierrors.IsConflict(err) {
+				return reconcile.Result{RequeueAfter: conflictRetry}, nil
+			}
+			if apierrors.IsNotFound(err) {
+				op.forgetAllotNode(name)
+				return reconcile.Result{}, nil
+			}
+			return reconcile.Result{}, fmt.Errorf("update AllotNode %s: %w", name, err)
+		}
+		st.mu.Lock()
+		h.generation = upd.Generation
+		st.mu.Unlock()
+		cur = upd
+		byPool := map[string][]string{}
+		for _, b := range sortedKeys(added) {
+			byPool[added[b]] = append(byPool[added[b]], b.String())
+			op.m.allocated.WithLabelValues(kindPool, added[b]).Inc()
+			dirty[added[b]] = true
+		}
+		var notes []string
+		for _, pool := range keys(byPool) {
+			notes = append(notes, fmt.Sprintf("%s from pool %q", strings.Join(byPool[pool], ", "), pool))
+		}
+		op.event(cur, corev1.EventTypeNormal, allotv1.ReasonAllocated, "Allocate", "allocated %s", strings.Join(notes, "; "))
+	}
+	op.poolDirty.add(keys(dirty)...)
+
+	// Status: the operator's summary and the PoolsFulfilled condition.
+	want := cur.Status.DeepCopy()
+	op.nodeStatus(want, cur, newUnmet, conflicts)
+	fp := statusFingerprint(want)
+	st.mu.Lock()
+	written := h.lastStatus == fp
+	st.mu.Unlock()
+	if !equality.Semantic.DeepEqual(want, &cur.Status) && !written {
+		upd := cur.DeepCopy()
+		upd.Status = *want
+		if err := op.client.Status().Update(ctx, upd); err != nil {
+			if apierrors.IsConflict(err) {
+				return reconcile.Result{RequeueAfter: conflictRetry}, nil
+			}
+			if apierrors.IsNotFound(err) {
+				return reconcile.Result{}, nil
+			}
+			return reconcile.Result{}, fmt.Errorf("update AllotNode %s status: %w", name, err)
+		}
+		st.mu.Lock()
+		h.lastStatus = fp
+		st.mu.Unlock()
+	}
+	return reconcile.Result{}, nil
+}
+
+// fulfilLocked hands out blocks of pool e to node h until request r is covered, adding them to
+// added (and reserving them, and recording them in h so a concurrent pool reconcile counts
+// them). It returns why the request is not met, or "".
+func (op *operator) fulfilLocked(node string, h *allotHold, r allotv1.PoolRequest, e *poolEntry, added map[netip.Prefix]string) (msg string, exhausted bool) {
+	needs := [2]int64{r.Needed.IPv4, r.Needed.IPv6}
+	if needs[0] <= 0 && needs[1] <= 0 {
+		return "", false
+	}
+	switch {
+	case e == nil:
+		return fmt.Sprintf("pool %q: no such IPPool", r.Pool), false
+	case e.terminating || op.st.terminating[r.Pool]:
+		return fmt.Sprintf("pool %q is being deleted; it hands out no new blocks", r.Pool), false
+	case e.disabled:
+		return fmt.Sprintf("pool %q is disabled (spec.disable)", r.Pool), false
+	}
+	var msgs []string
+	for fi, need := range needs {
+		if need <= 0 {
+			continue
+		}
+		fname := [2]string{"ipv4", "ipv6"}[fi]
+		fe := e.fam[fi]
+		if fe == nil {
+			msgs = append(msgs, fmt.Sprintf("pool %q has no %s (spec.%s)", r.Pool, fname, fname))
+			continue
+		}
+		if len(fe.usable) == 0 {
+			msgs = append(msgs, fmt.Sprintf("pool %q has no usable %s CIDR: %s", r.Pool, fname,
+				strings.Join(append(slices.Clone(fe.invalid), fe.overlaps...), "; ")))
+			continue
+		}
+		var have int64
+		count := 0
+		for b, p := range h.blocks {
+			if p == r.Pool && famIndex(b) == fi {
+				have = satAdd(have, addrs(b))
+				count++
+			}
+		}
+		for have < need {
+			if count >= maxBlocksPerPool {
+				msgs = append(msgs, fmt.Sprintf("pool %q: %s request of %d addresses needs more than %d blocks", r.Pool, fname, need, maxBlocksPerPool))
+				break
+			}
+			b, ok := op.allocateFromLocked(fe)
+			if !ok {
+				exhausted = true
+				msgs = append(msgs, fmt.Sprintf("pool %q is exhausted: no free /%d %s block for node %q (needs %d addresses, has %d); add CIDRs to spec.%s.cidrs",
+					r.Pool, fe.mask, fname, node, need, have, fname))
+				break
+			}
+			added[b] = r.Pool
+			h.blocks[b] = r.Pool
+			have = satAdd(have, addrs(b))
+			count++
+		}
+	}
+	return strings.Join(msgs, "; "), exhausted
+}
+
+func (op *operator) allocateFromLocked(fe *famEntry) (netip.Prefix, bool) {
+	for _, c := range fe.usable {
+		b, err := op.st.set.Allocate(c, fe.mask)
+		if err == nil {
+			return b, true
+		}
+	}
+	return netip.Prefix{}, false
+}
+
+// addAllocations merges blocks into spec.ipam.pools.allocated (entries sorted by pool, CIDRs
+// by address).
+func addAllocations(n *allotv1.AllotNode, added map[netip.Prefix]string) {
+	allocs := n.Spec.IPAM.Pools.Allocated
+	for _, b := range sortedKeys(added) {
+		pool := added[b]
+		i := slices.IndexFunc(allocs, func(a allotv1.PoolAllocation) bool { return a.Pool == pool })
+		if i < 0 {
+			allocs = append(allocs, allotv1.PoolAllocation{Pool: pool})
+			i = len(allocs) - 1
+		}
+		allocs[i].CIDRs = append(allocs[i].CIDRs, b.String())
+	}
+	slices.SortFunc(allocs, func(a, b allotv1.PoolAllocation) int { return strings.Compare(a.Pool, b.Pool) })
+	n.Spec.IPAM.Pools.Allocated = allocs
+}
+
+func (op *operator) nodeStatus(s *allotv1.AllotNodeStatus, n *allotv1.AllotNode, unmet map[string]unmetReason, conflicts []string) {
+	var names []string
+	blocks := 0
+	for _, a := range n.Spec.IPAM.Pools.Allocated {
+		if len(a.CIDRs) > 0 {
+			names = append(names, a.Pool)
+			blocks += len(a.CIDRs)
+		}
+	}
+	slices.Sort(names)
+	s.PoolNames = strings.Join(names, ",")
+	s.AllocatedBlocks = int32(blocks)
+	c := metav1.Condition{Type: allotv1.ConditionPoolsFulfilled, ObservedGeneration: n.Generation}
+	var msgs []string
+	reason := allotv1.ReasonAllocated
+	for _, pool := range keys(unmet) {
+		msgs = append(msgs, unmet[pool].message)
+		if unmet[pool].exhausted {
+			reason = allotv1.ReasonPoolExhausted
+		} else if reason == allotv1.ReasonAllocated {
+			reason = allotv1.ReasonPoolNotFound
+			if strings.Contains(unmet[pool].message, "being deleted") {
+				reason = allotv1.ReasonPoolTerminating
+			}
+		}
+	}
+	if len(conflicts) > 0 {
+		msgs = append(msgs, "blocks overlapping other nodes' blocks are not counted: "+strings.Join(conflicts, "; "))
+		if reason == allotv1.ReasonAllocated {
+			reason = allotv1.ReasonConflictingAllocation
+		}
+	}
+	if len(msgs) == 0 {
+		c.Status, c.Reason, c.Message = metav1.ConditionTrue, allotv1.ReasonAllocated, "every request is covered by allocated blocks"
+	} else {
+		c.Status, c.Reason, c.Message = metav1.ConditionFalse, reason, strings.Join(msgs, "; ")
+	}
+	meta.SetStatusCondition(&s.Conditions, c)
+}
+
+// forgetAllotNode frees every block of a deleted AllotNode.
+func (op *operator) forgetAllotNode(name string) {
+	st := op.st
+	st.mu.Lock()
+	var pools []string
+	if h := st.allot[name]; h != nil {
+		for _, p := range h.blocks {
+			pools = append(pools, p)
+		}
+		op.releaseAllLocked(name, h)
+	}
+	for pool, m := range st.unmet {
+		if _, ok := m[name]; ok {
+			pools = append(pools, pool)
+		}
+	}
+	st.clearUnmet(name)
+	st.mu.Unlock()
+	op.poolDirty.add(pools...)
+}
+
+func (op *operator) releaseAllLocked(name string, h *allotHold) {
+	for b, pool := range h.blocks {
+		op.st.set.Release(b)
+		op.m.released.WithLabelValues(kindPool, pool).Inc()
+	}
+	delete(op.st.allot, name)
+}
+
+// reconcilePool keeps the finalizer, status (block counts, in-use CIDRs) and conditions of one
+// pool, refuses deleting it while nodes hold blocks of it, and re-queues nodes waiting on it.
+func (op *operator) reconcilePool(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	if err := op.waitReady(ctx); err != nil {
+		return reconcile.Result{}, err
+	}
+	name := req.Name
+	var pool allotv1.IPPool
+	if err := op.client.Get(ctx, req.NamespacedName, &pool); err != nil {
+		if apierrors.IsNotFound(err) {
+			op.st.mu.Lock()
+			delete(op.st.terminating, name)
+			// Its CIDRs may now serve other pools: re-queue every waiting node.
+			var unmet []string
+			for pool := range op.st.unmet {
+				unmet = append(unmet, op.st.unmetNodes(pool)...)
+			}
+			op.st.mu.Unlock()
+			op.nodeKick.add(unmet...)
+			return reconcile.Result{}, nil
+		}
+		return reconcile.Result{}, err
+	}
+	terminating := pool.DeletionTimestamp != nil
+	if !terminating && !controllerutil.ContainsFinalizer(&pool, allotv1.FinalizerPoolInUse) {
+		controllerutil.AddFinalizer(&pool, allotv1.FinalizerPoolInUse)
+		if err := op.client.Update(ctx, &pool); err != nil {
+			if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+				return reconcile.Result{RequeueAfter: conflictRetry}, nil
+			}
+			return reconcile.Result{}, fmt.Errorf("add finalizer to IPPool %s: %w", name, err)
+		}
+	}
+	var pools allotv1.IPPoolList
+	if err := op.client.List(ctx, &pools); err != nil {
+		return reconcile.Result{}, err
+	}
+	e := buildPoolTable(pools.Items)[name]
+	if e == nil { // the cache list lags the get; try again shortly
+		return reconcile.Result{RequeueAfter: conflictRetry}, nil
+	}
+
+	// Snapshot the pool's blocks and waiting nodes.
+	st := op.st
+	st.mu.Lock()
+	if terminating {
+		st.terminating[name] = true
+	}
+	type held struct {
+		node  string
+		block netip.Prefix
+	}
+	var blocks []held
+	for node, h := range st.allot {
+		for b, p := range h.blocks {
+			if p == name {
+				blocks = append(blocks, held{node, b})
+			}
+		}
+	}
+	var exhausted []string
+	for n, r := range st.unmet[name] {
+		if r.exhausted {
+			exhausted = append(exhausted, n)
+		}
+	}
+	unmet := st.unmetNodes(name)
+	st.mu.Unlock()
+	slices.Sort(exhausted)
+	slices.SortFunc(blocks, func(a, b held) int {
+		if c := a.block.Addr().Compare(b.block.Addr()); c != 0 {
+			return c
+		}
+		return strings.Compare(a.node, b.node)
+	})
+
+	// Which CIDRs hold those blocks; blocks outside the spec are in CIDRs removed while in use.
+	var spec []netip.Prefix
+	for _, f := range []*allotv1.PoolFamily{pool.Spec.IPv4, pool.Spec.IPv6} {
+		if f != nil {
+			for _, s := range f.CIDRs {
+				if p, err := parsePrefix(s); err == nil {
+					spec = append(spec, p)
+				}
+			}
+		}
+	}
+	var old []netip.Prefix
+	for _, s := range pool.Status.InUseCIDRs {
+		if p, err := parsePrefix(s); err == nil {
+			old = append(old, p)
+		}
+	}
+	inUse := map[netip.Prefix]bool{}
+	refused := map[netip.Prefix]map[string]bool{} // removed CIDR -> nodes
+	var counts [2]int64
+	holders := map[string]bool{}
+	for _, hb := range blocks {
+		counts[famIndex(hb.block)]++
+		holders[hb.node] = true
+		if c, ok := containing(spec, hb.block); ok {
+			inUse[c] = true
+			continue
+		}
+		c, ok := containing(old, hb.block)
+		if !ok {
+			c = hb.block
+		}
+		inUse[c] = true
+		if refused[c] == nil {
+			refused[c] = map[string]bool{}
+		}
+		refused[c][hb.node] = true
+	}
+
+	want := pool.Status.DeepCopy()
+	want.ObservedGeneration = pool.Generation
+	want.InUseCIDRs = nil
+	for _, c := range sortedKeys(inUse) {
+		want.InUseCIDRs = append(want.InUseCIDRs, c.String())
+	}
+	want.IPv4, want.IPv6 = nil, nil
+	for fi, f := range []*allotv1.PoolFamily{pool.Spec.IPv4, pool.Spec.IPv6} {
+		if f == nil && counts[fi] == 0 {
+			continue
+		}
+		fs := &allotv1.PoolFamilyStatus{AllocatedBlocks: counts[fi]}
+		if fe := e.fam[fi]; fe != nil {
+			for _, c := range fe.usable {
+				fs.TotalBlocks = satAdd(fs.TotalBlocks, int64(min(blockalloc.TotalBlocks(c, fe.mask), 1<<62)))
+			}
+		}
+		if fi == 0 {
+			want.IPv4 = fs
+		} else {
+			want.IPv6 = fs
+		}
+		op.m.blocks.WithLabelValues(kindPool, name, [2]string{"ipv4", "ipv6"}[fi]).Set(float64(counts[fi]))
+	}
+	var nodes allotv1.AllotNodeList
+	if err := op.client.List(ctx, &nodes); err != nil {
+		return reconcile.Result{}, err
+	}
+	want.UsedAddresses = 0
+	for i := range nodes.Items {
+		for _, u := range nodes.Items[i].Status.IPAM.Pools {
+			if u.Pool != name {
+				continue
+			}
+			for _, f := range []*allotv1.FamilyUsage{u.IPv4, u.IPv6} {
+				if f != nil {
+					want.UsedAddresses = satAdd(want.UsedAddresses, f.Used)
+				}
+			}
+		}
+	}
+
+	gen := pool.Generation
+	ready := metav1.Condition{Type: allotv1.ConditionReady, Status: metav1.ConditionTrue, Reason: allotv1.ReasonValid,
+		Message: "blocks are handed out of this pool", ObservedGeneration: gen}
+	var invalid, overlaps []string
+	usable := 0
+	for _, fe := range e.fam {
+		if fe != nil {
+			invalid = append(invalid, fe.invalid...)
+			overlaps = append(overlaps, fe.overlaps...)
+			usable += len(fe.usable)
+		}
+	}
+	switch {
+	case terminating:
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, allotv1.ReasonPoolTerminating, "the pool is being deleted; it hands out no new blocks"
+	case pool.Spec.Disable:
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, allotv1.ReasonInvalid, "the pool is disabled (spec.disable)"
+	case usable == 0:
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, allotv1.ReasonInvalid, "no usable CIDR: "+strings.Join(append(invalid, overlaps...), "; ")
+	}
+	meta.SetStatusCondition(&want.Conditions, ready)
+	events := op.setPoolConditions(want, gen, overlaps, refused, exhausted, terminating, holders, len(blocks))
+
+	if terminating && len(blocks) == 0 {
+		if controllerutil.ContainsFinalizer(&pool, allotv1.FinalizerPoolInUse) {
+			controllerutil.RemoveFinalizer(&pool, allotv1.FinalizerPoolInUse)
+			if err := op.client.Update(ctx, &pool); err != nil && !apierrors.IsNotFound(err) {
+				if apierrors.IsConflict(err) {
+					return reconcile.Result{RequeueAfter: conflictRetry}, nil
+				}
+				return reconcile.Result{}, fmt.Errorf("remove finalizer of IPPool %s: %w", name, err)
+			}
+			op.log.Info("IPPool deleted: no node holds a block of it", "pool", name)
+		}
+		return reconcile.Result{}, nil
+	}
+	if !equality.Semantic.DeepEqual(want, &pool.Status) {
+		// Counters may wait (at most one write per StatusDelay while nodes are being served);
+		// in-use CIDRs (read by the admission policy) and conditions may not.
+		urgent := !slices.Equal(want.InUseCIDRs, pool.Status.InUseCIDRs) || !sameConditions(want.Conditions, pool.Status.Conditions)
+		if wait := op.statusWait("ippool/" + name); !urgent && wait > 0 {
+			op.nodeKick.add(unmet...)
+			return reconcile.Result{RequeueAfter: wait}, nil
+		}
+		upd := pool.DeepCopy()
+		upd.Status = *want
+		if err := op.client.Status().Update(ctx, upd); err != nil {
+			if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+				return reconcile.Result{RequeueAfter: conflictRetry}, nil
+			}
+			return reconcile.Result{}, fmt.Errorf("update IPPool %s status: %w", name, err)
+		}
+		op.statusWritten("ippool/" + name)
+		for _, ev := range events {
+			op.event(upd, corev1.EventTypeWarning, ev.reason, ev.action, "%s", ev.note)
+		}
+	}
+	op.nodeKick.add(unmet...)
+	return reconcile.Result{}, nil
+}
+
+type pendingEvent struct{ reason, action, note string }
+
+// setPoolConditions sets the problem conditions (present only while the problem lasts) and
+// returns the Events for conditions that just turned on.
+func (op *operator) setPoolConditions(s *allotv1.IPPoolStatus, gen int64, overlaps []string, refused map[netip.Prefix]map[string]bool,
+	exhausted []string, terminating bool, holders map[string]bool, nblocks int) []pendingEvent {
+	var evs []pendingEvent
+	set := func(typ string, on bool, reason, msg, refusal string) {
+		if !on {
+			meta.RemoveStatusCondition(&s.Conditions, typ)
+			return
+		}
+		prev := meta.FindStatusCondition(s.Conditions, typ)
+		if prev == nil || prev.Message != msg {
+			evs = append(evs, pendingEvent{reason: typ, action: "Validate", note: msg})
+			if refusal != "" {
+				op.m.refusals.WithLabelValues(refusal).Inc()
+			}
+		}
+		meta.SetStatusCondition(&s.Conditions, metav1.Condition{Type: typ, Status: metav1.ConditionTrue, Reason: reason, Message: msg, ObservedGeneration: gen})
+	}
+	set(allotv1.ConditionCIDROverlap, len(overlaps) > 0, allotv1.ReasonOverlap,
+		"CIDRs not used because they overlap other pools: "+strings.Join(overlaps, "; "), refusalOverlap)
+
+	var parts []string
+	for _, c := range sortedKeys(refused) {
+		parts = append(parts, fmt.Sprintf("%s (held by %s)", c, strings.Join(keys(refused[c]), ", ")))
+	}
+	set(allotv1.ConditionCIDRRemovalRefused, len(refused) > 0, allotv1.ReasonInUse,
+		"removing in-use CIDRs refused: "+strings.Join(parts, "; ")+
+			"; they stay reserved for this pool (no new blocks are carved from them) until the nodes release their blocks",
+		refusalCIDRRemoval)
+
+	set(allotv1.ConditionExhausted, len(exhausted) > 0, allotv1.ReasonPoolExhausted,
+		fmt.Sprintf("no free block for %d node(s): %s; add CIDRs to the pool", len(exhausted), strings.Join(firstN(exhausted, 10), ", ")), "")
+
+	set(allotv1.ConditionDeletionRefused, terminating && nblocks > 0, allotv1.ReasonInUse,
+		fmt.Sprintf("deletion refused: %d node(s) still hold %d block(s) of this pool: %s; the pool is deleted once they release them (finalizer %s)",
+			len(holders), nblocks, strings.Join(firstN(keys(holders), 10), ", "), allotv1.FinalizerPoolInUse),
+		refusalPoolDeletion)
+	return evs
+}
+
+func containing(cs []netip.Prefix, b netip.Prefix) (netip.Prefix, bool) {
+	for _, c := range cs {
+		if c.Bits() <= b.Bits() && c.Contains(b.Addr()) {
+			return c, true
+		}
+	}
+	return netip.Prefix{}, false
+}
+
+func firstN(s []string, n int) []string {
+	if len(s) <= n {
+		return s
+	}
+	return append(slices.Clone(s[:n]), fmt.Sprintf("and %d more", len(s)-n))
+}
+
+func keys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func sortedKeys[V any](m map[netip.Prefix]V) []netip.Prefix {
+	out := make([]netip.Prefix, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sortPrefixes(out)
+	return out
+}
+
+// sameConditions compares conditions by type, status, reason and message.
+func sameConditions(a, b []metav1.Condition) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for _, c := range a {
+		o := meta.FindStatusCondition(b, c.Type)
+		if o == nil || o.Status != c.Status || o.Reason != c.Reason || o.Message != c.Message {
+			return false
+		}
+	}
+	return true
+}
+
+// statusFingerprint covers the operator-owned fields of an AllotNode status.
+func statusFingerprint(s *allotv1.AllotNodeStatus) string {
+	fp := fmt.Sprintf("%s|%d", s.PoolNames, s.AllocatedBlocks)
+	if c := meta.FindStatusCondition(s.Conditions, allotv1.ConditionPoolsFulfilled); c != nil {
+		fp += fmt.Sprintf("|%s|%s|%s|%d", c.Status, c.Reason, c.Message, c.ObservedGeneration)
+	}
+	return fp
+}

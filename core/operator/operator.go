@@ -1,0 +1,376 @@
+// Package operator is allot's cluster operator: one leader per cluster (a Lease) hands per-node
+// CIDR blocks to nodes.
+//
+//   - Multi-pool (Cilium style): each AllotNode's spec.ipam.pools.requested is fulfilled with
+//     blocks of the pool's maskSize carved from the IPPool's CIDRs, written to
+//     spec.ipam.pools.allocated; blocks the agent removes from allocated are taken back.
+//     Pools and CIDRs may be added at run time. Removing an in-use CIDR or deleting an in-use
+//     pool is refused: an admission policy (deploy/crds) refuses it at apply time from
+//     status.inUseCIDRs, the finalizer allot.io/pool-in-use holds a deletion, and the
+//     operator never stops treating an in-use CIDR as taken (condition CIDRRemovalRefused).
+//   - ClusterCIDRConfig (seed 004): each Node gets Node.spec.podCIDR(s) from the config a
+//     pool policy (node-labels by default) picks; a node no config serves gets the Node
+//     condition AllotPodCIDRAssigned=False and an Event, and is served when a config appears.
+//
+// A block is never handed out twice: on becoming leader the operator lists every AllotNode and
+// Node from the API server (not a cache) and rebuilds its state before handing anything out;
+// writes carry the object's resourceVersion, so a write based on a stale read fails; one set
+// of taken blocks spans all pools and configs.
+package operator
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	allotk8s "github.com/allot-ipam/allot/core/k8s"
+	nodelabels "github.com/allot-ipam/allot/plugins/policy/node-labels"
+	"github.com/allot-ipam/allot/sdk/policy"
+)
+
+// Defaults.
+const (
+	DefaultNamespace     = "kube-system"
+	DefaultLeaseName     = "allot-operator"
+	DefaultLeaseDuration = 15 * time.Second
+	DefaultRenewDeadline = 10 * time.Second
+	DefaultRetryPeriod   = 2 * time.Second
+	DefaultWorkers       = 8
+	DefaultStatusDelay   = time.Second
+	// EventsNamespace is where Events about cluster-scoped objects go.
+	EventsNamespace = "default"
+	fieldManager    = "allot-operator"
+)
+
+// Options configure Run.
+type Options struct {
+	// RESTConfig reaches the API server (required).
+	RESTConfig *rest.Config
+	// Namespace holds the leader-election Lease (default kube-system); LeaseName names it
+	// (default allot-operator).
+	Namespace string
+	LeaseName string
+	// Identity is this replica's name in the Lease (default: hostname plus a random suffix).
+	Identity string
+	// Logger (default slog.Default()).
+	Logger *slog.Logger
+	// Registry receives the operator's metrics (default: a private registry).
+	Registry prometheus.Registerer
+
+	// DisableMultiPool turns off the IPPool/AllotNode controller (on by default).
+	DisableMultiPool bool
+	// ClusterCIDRConfig turns on the Node controller that writes Node.spec.podCIDRs from
+	// ClusterCIDRConfigs (off by default: it marks every Node no config serves).
+	ClusterCIDRConfig bool
+	// NodePolicy chooses a node's ClusterCIDRConfig (default: the node-labels policy).
+	NodePolicy policy.PoolPolicy
+
+	// Leader election timing (defaults 15 s, 10 s, 2 s, as kube-controller-manager).
+	LeaseDuration time.Duration
+	RenewDeadline time.Duration
+	RetryPeriod   time.Duration
+	// Workers is the number of concurrent reconciles per controller (default 8).
+	Workers int
+	// StatusDelay batches pool and config status writes (default 1 s).
+	StatusDelay time.Duration
+	// OnLeader, when set, is called each time this replica has rebuilt its state as leader
+	// (tests use it).
+	OnLeader func()
+}
+
+func (o *Options) defaults() error {
+	if o.RESTConfig == nil {
+		return errors.New("operator: RESTConfig: must be set")
+	}
+	if o.Namespace == "" {
+		o.Namespace = DefaultNamespace
+	}
+	if o.LeaseName == "" {
+		o.LeaseName = DefaultLeaseName
+	}
+	if o.Identity == "" {
+		host, _ := os.Hostname()
+		b := make([]byte, 4)
+		_, _ = rand.Read(b)
+		o.Identity = host + "_" + hex.EncodeToString(b)
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Registry == nil {
+		o.Registry = prometheus.NewRegistry()
+	}
+	if o.NodePolicy == nil {
+		o.NodePolicy = nodelabels.New()
+	}
+	if o.LeaseDuration == 0 {
+		o.LeaseDuration = DefaultLeaseDuration
+	}
+	if o.RenewDeadline == 0 {
+		o.RenewDeadline = DefaultRenewDeadline
+	}
+	if o.RetryPeriod == 0 {
+		o.RetryPeriod = DefaultRetryPeriod
+	}
+	if !(o.RetryPeriod < o.RenewDeadline && o.RenewDeadline < o.LeaseDuration) {
+		return fmt.Errorf("operator: leader election: need RetryPeriod (%v) < RenewDeadline (%v) < LeaseDuration (%v)",
+			o.RetryPeriod, o.RenewDeadline, o.LeaseDuration)
+	}
+	if o.Workers <= 0 {
+		o.Workers = DefaultWorkers
+	}
+	if o.StatusDelay <= 0 {
+		o.StatusDelay = DefaultStatusDelay
+	}
+	if o.DisableMultiPool && !o.ClusterCIDRConfig {
+		return errors.New("operator: DisableMultiPool and not ClusterCIDRConfig: nothing to do")
+	}
+	return nil
+}
+
+var setCRLogger sync.Once
+
+// Run campaigns for the Lease and, while leader, hands out blocks. It returns nil when ctx is
+// cancelled (releasing the Lease), and an error only for bad options. Losing the Lease (the
+// API server unreachable past RenewDeadline, or another replica took over) ends this term:
+// Run drops its state and campaigns again, rebuilding everything from the API server when it
+// leads again.
+func Run(ctx context.Context, opts Options) error {
+	if err := opts.defaults(); err != nil {
+		return err
+	}
+	m, err := newMetrics(opts.Registry)
+	if err != nil {
+		return err
+	}
+	log := opts.Logger.With("component", "operator", "identity", opts.Identity)
+	setCRLogger.Do(func() { ctrllog.SetLogger(logr.FromSlogHandler(opts.Logger.Handler())) })
+	backoff := opts.RetryPeriod
+	for {
+		start := time.Now()
+		err := runTerm(ctx, &opts, m, log)
+		m.leader.Set(0)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if time.Since(start) > time.Minute {
+			backoff = opts.RetryPeriod
+		}
+		log.Warn("operator term ended; campaigning again", "err", err, "retryIn", backoff)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 30*time.Second)
+	}
+}
+
+// runTerm runs one manager: campaign, lead until the Lease is lost or ctx ends.
+func runTerm(ctx context.Context, o *Options, m *metrics, log *slog.Logger) error {
+	lock, err := resourcelock.NewFromKubeconfig(resourcelock.LeasesResourceLock, o.Namespace, o.LeaseName,
+		resourcelock.ResourceLockConfig{Identity: o.Identity}, o.RESTConfig, o.RenewDeadline)
+	if err != nil {
+		return fmt.Errorf("operator: lease lock: %w", err)
+	}
+	skip := true
+	mgr, err := ctrl.NewManager(o.RESTConfig, manager.Options{
+		Scheme:                              allotk8s.NewScheme(),
+		Logger:                              logr.FromSlogHandler(log.Handler()),
+		LeaderElection:                      true,
+		LeaderElectionResourceLockInterface: lock,
+		LeaderElectionReleaseOnCancel:       true,
+		LeaseDuration:                       &o.LeaseDuration,
+		RenewDeadline:                       &o.RenewDeadline,
+		RetryPeriod:                         &o.RetryPeriod,
+		Metrics:                             metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress:              "0",
+		Controller:                          ctrlconfig.Controller{SkipNameValidation: &skip},
+		Cache:                               cache.Options{DefaultTransform: cache.TransformStripManagedFields()},
+		Client:                              client.Options{FieldOwner: fieldManager},
+	})
+	if err != nil {
+		return fmt.Errorf("operator: manager: %w", err)
+	}
+	op := &operator{
+		opts:     o,
+		log:      log,
+		m:        m,
+		st:       newState(),
+		client:   mgr.GetClient(),
+		reader:   mgr.GetAPIReader(),
+		recorder: mgr.GetEventRecorder("allot-operator"),
+
+		lastStatus: map[string]time.Time{},
+	}
+	if err := op.setup(mgr); err != nil {
+		return err
+	}
+	return mgr.Start(ctx)
+}
+
+// operator is one term's controllers and state.
+type operator struct {
+	opts     *Options
+	log      *slog.Logger
+	m        *metrics
+	st       *state
+	client   client.Client
+	reader   client.Reader
+	recorder events.EventRecorder
+
+	statusMu   sync.Mutex
+	lastStatus map[string]time.Time // pool/config status writes, for batching
+
+	poolDirty   *dirtySet
+	configDirty *dirtySet
+	nodeKick    *dirtySet // AllotNodes to re-queue
+	k8sNodeKick *dirtySet // Nodes to re-queue
+}
+
+func (op *operator) setup(mgr manager.Manager) error {
+	op.poolDirty = newDirtySet(op.opts.StatusDelay)
+	op.configDirty = newDirtySet(op.opts.StatusDelay)
+	op.nodeKick = newDirtySet(0)
+	op.k8sNodeKick = newDirtySet(0)
+	if err := mgr.Add(manager.RunnableFunc(op.lead)); err != nil {
+		return err
+	}
+	// Each set feeds one controller; only run those whose controller runs (a set nobody
+	// reads would block once its buffer is full).
+	var sets []*dirtySet
+	if !op.opts.DisableMultiPool {
+		sets = append(sets, op.poolDirty, op.nodeKick)
+	}
+	if op.opts.ClusterCIDRConfig {
+		sets = append(sets, op.configDirty, op.k8sNodeKick)
+	}
+	for _, d := range sets {
+		if err := mgr.Add(manager.RunnableFunc(d.run)); err != nil {
+			return err
+		}
+	}
+	if !op.opts.DisableMultiPool {
+		if err := op.setupMultiPool(mgr); err != nil {
+			return fmt.Errorf("operator: multi-pool controllers: %w", err)
+		}
+	}
+	if op.opts.ClusterCIDRConfig {
+		if err := op.setupClusterCIDR(mgr); err != nil {
+			return fmt.Errorf("operator: ClusterCIDRConfig controllers: %w", err)
+		}
+	}
+	return nil
+}
+
+// lead runs once this replica holds the Lease: rebuild the state from the API server, then
+// let the reconcilers (which wait on st.ready) hand out blocks.
+func (op *operator) lead(ctx context.Context) error {
+	start := time.Now()
+	op.log.Info("became leader; rebuilding allocation state")
+	for {
+		err := op.rebuild(ctx)
+		if err == nil {
+			break
+		}
+		op.log.Warn("rebuild failed; retrying", "err", err)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(op.opts.RetryPeriod):
+		}
+	}
+	op.m.convergeS.Observe(time.Since(start).Seconds())
+	op.m.leader.Set(1)
+	// Counted before the reconcilers start (they change the maps under st.mu).
+	nAllot, nNodes, nBlocks := len(op.st.allot), len(op.st.nodes), op.st.set.Len()
+	close(op.st.ready)
+	op.log.Info("allocation state rebuilt", "took", time.Since(start), "allotNodes", nAllot, "nodes", nNodes, "blocks", nBlocks)
+	if op.opts.OnLeader != nil {
+		op.opts.OnLeader()
+	}
+	<-ctx.Done()
+	return nil
+}
+
+func (op *operator) rebuild(ctx context.Context) error {
+	st := op.st
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if !op.opts.DisableMultiPool {
+		if err := op.rebuildMultiPool(ctx); err != nil {
+			return err
+		}
+	}
+	if op.opts.ClusterCIDRConfig {
+		if err := op.rebuildClusterCIDR(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// event records an Event (namespace default for cluster-scoped objects), its note cut to the
+// API's 1 kB limit.
+func (op *operator) event(obj runtime.Object, typ, reason, action, format string, args ...any) {
+	note := fmt.Sprintf(format, args...)
+	if len(note) > 1000 {
+		note = note[:990] + " [...]"
+	}
+	op.recorder.Eventf(obj, nil, typ, reason, action, "%s", note)
+}
+
+// statusWait is how long a counters-only status write of key must wait.
+func (op *operator) statusWait(key string) time.Duration {
+	op.statusMu.Lock()
+	defer op.statusMu.Unlock()
+	return op.opts.StatusDelay - time.Since(op.lastStatus[key])
+}
+
+func (op *operator) statusWritten(key string) {
+	op.statusMu.Lock()
+	op.lastStatus[key] = time.Now()
+	op.statusMu.Unlock()
+}
+
+// quiet wraps a reconciler so that errors caused by the term ending (context cancelled on
+// shutdown or lost Lease) are not logged as reconcile failures.
+func quiet(f reconcile.Func) reconcile.Func {
+	return func(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+		res, err := f(ctx, req)
+		if err != nil && ctx.Err() != nil {
+			return reconcile.Result{}, nil
+		}
+		return res, err
+	}
+}
+
+func (op *operator) waitReady(ctx context.Context) error {
+	select {
+	case <-op.st.ready:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

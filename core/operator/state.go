@@ -1,0 +1,148 @@
+package operator
+
+import (
+	"math"
+	"net/netip"
+	"slices"
+	"sync"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/allot-ipam/allot/core/blockalloc"
+)
+
+// state is the leader's view of every block held by a node, across both modes. It is rebuilt
+// from the API server each time this replica becomes leader, before anything is handed out,
+// and changed only under mu. One blockalloc.Set holds every block of every pool and config,
+// so two nodes can never hold overlapping blocks, whatever the pools and configs say.
+type state struct {
+	mu  sync.Mutex
+	set blockalloc.Set
+
+	// AllotNode name -> blocks it holds (multi-pool).
+	allot map[string]*allotHold
+	// Node name -> pod CIDRs it holds (ClusterCIDRConfig).
+	nodes map[string]*nodeHold
+
+	// unmet[pool][node] says why a node's request for the pool is not met; pool changes
+	// re-queue those nodes, pool status reports exhaustion from it.
+	unmet map[string]map[string]unmetReason
+	// waiting holds Nodes no ClusterCIDRConfig could serve (no match, or all full); config
+	// changes and freed blocks re-queue them.
+	waiting map[string]string
+	// terminating pools and configs hand out nothing; set under mu by their reconcilers so a
+	// node reconcile cannot race a finalizer removal.
+	terminating map[string]bool
+
+	ready chan struct{} // closed once rebuilt
+}
+
+type unmetReason struct {
+	exhausted bool // no free block (else: pool missing, terminating, family missing...)
+	message   string
+}
+
+// allotHold is what the operator knows one AllotNode holds.
+type allotHold struct {
+	uid types.UID
+	// generation of the object the blocks were last read from or written to; a cached object
+	// with a lower generation is stale and ignored (generation grows with every spec change).
+	generation int64
+	blocks     map[netip.Prefix]string // block -> pool
+	// lastStatus fingerprints the operator-owned status fields last written, so a reconcile
+	// on a cache that has not seen that write yet does not write (and conflict) again.
+	lastStatus string
+}
+
+// nodeHold is what one Node holds from ClusterCIDRConfigs.
+type nodeHold struct {
+	uid    types.UID
+	config string
+	blocks []netip.Prefix
+}
+
+func newState() *state {
+	return &state{
+		allot:       map[string]*allotHold{},
+		nodes:       map[string]*nodeHold{},
+		unmet:       map[string]map[string]unmetReason{},
+		waiting:     map[string]string{},
+		terminating: map[string]bool{},
+		ready:       make(chan struct{}),
+	}
+}
+
+func (s *state) setUnmet(pool, node string, r unmetReason) {
+	m := s.unmet[pool]
+	if m == nil {
+		m = map[string]unmetReason{}
+		s.unmet[pool] = m
+	}
+	m[node] = r
+}
+
+// clearUnmet forgets every unmet request of node.
+func (s *state) clearUnmet(node string) {
+	for pool, m := range s.unmet {
+		delete(m, node)
+		if len(m) == 0 {
+			delete(s.unmet, pool)
+		}
+	}
+}
+
+// unmetNodes returns the nodes with an unmet request for pool, sorted.
+func (s *state) unmetNodes(pool string) []string {
+	out := make([]string, 0, len(s.unmet[pool]))
+	for n := range s.unmet[pool] {
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func (s *state) waitingNodes() []string {
+	out := make([]string, 0, len(s.waiting))
+	for n := range s.waiting {
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// addrs is the number of addresses a node can hand to pods from block p, saturating at
+// MaxInt64. It must match core/allocator, which never hands out an IPv4 block's network and
+// broadcast addresses (/30 and shorter) nor an IPv6 block's subnet-router anycast address
+// (/126 and shorter): counting the raw size would mark a request fulfilled while the node
+// is short, and the last pod would wait forever.
+func addrs(p netip.Prefix) int64 {
+	hb := p.Addr().BitLen() - p.Bits()
+	if hb >= 63 {
+		return math.MaxInt64
+	}
+	n := int64(1) << hb
+	switch {
+	case hb < 2:
+		return n
+	case p.Addr().Is4():
+		return n - 2
+	default:
+		return n - 1
+	}
+}
+
+func satAdd(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}
+
+func sortPrefixes(ps []netip.Prefix) {
+	slices.SortFunc(ps, func(a, b netip.Prefix) int {
+		if c := a.Addr().Compare(b.Addr()); c != 0 {
+			return c
+		}
+		return a.Bits() - b.Bits()
+	})
+}

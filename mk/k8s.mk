@@ -1,0 +1,20 @@
+# Kubernetes mode (issue 4): CRDs, kube binaries for the API-server tests, operator benchmark.
+#
+#   make generate-crds    regenerate deepcopy and deploy/crds from core/k8s/apis (controller-gen)
+#   make kube-binaries    build (or reuse) kube-apiserver and etcd into $(ALLOT_CACHE)
+#   make bench-operator   1,000 AllotNodes (multi-pool) and 1,000 Nodes (ClusterCIDRConfig) on a real API server
+
+CONTROLLER_GEN_VERSION ?= v0.21.0
+CONTROLLER_GEN := $(GO) run sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_GEN_VERSION)
+
+.PHONY: generate-crds kube-binaries bench-operator
+
+generate-crds:
+	$(CONTROLLER_GEN) object crd paths=./core/k8s/apis/... output:crd:dir=./deploy/crds
+
+# The harness (test/k8senv) finds the binaries via ALLOT_KUBE_DIR, else the default cache dir.
+kube-binaries:
+	@bash hack/build-kube.sh
+
+bench-operator: kube-binaries
+	ALLOT_KUBE_DIR=$$(bash hack/build-kube.sh) $(GO) test -run '^$$' -bench 'BenchmarkConverge' -benchtime=1x -count=1 -timeout 20m ./core/operator/ | tee $(ALLOT_CACHE)/bench-operator.txt
