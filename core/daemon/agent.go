@@ -23,9 +23,9 @@ import (
 
 var klogOnce sync.Once
 
-// routeKlog sends client-go's logs (reflectors, leader election) through allotd's slog
+// RouteKlog sends client-go's logs (reflectors, leader election) through allotd's slog
 // logger instead of klog's own stderr format. Once per process: klog is global.
-func routeKlog(log *slog.Logger) {
+func RouteKlog(log *slog.Logger) {
 	klogOnce.Do(func() { klog.SetSlogLogger(log.With("component", "client-go")) })
 }
 
@@ -44,7 +44,7 @@ func (d *AgentDaemon) Agent() *agent.Agent { return d.agent }
 // the node's AllotNode once the agent runs, and an ADD arriving before then waits for them.
 func NewAgent(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *AgentDaemon, err error) {
 	cfg = agentConfig(cfg, log)
-	routeKlog(log)
+	RouteKlog(log)
 	d := &Daemon{cfg: cfg, log: log, reg: prometheus.NewRegistry()}
 	d.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	defer func() {

@@ -35,7 +35,7 @@ func NewOperator(cfg *config.Config, log *slog.Logger) (*OperatorDaemon, error) 
 	if err != nil {
 		return nil, err
 	}
-	routeKlog(log)
+	RouteKlog(log)
 	d := &OperatorDaemon{cfg: cfg, log: log, reg: prometheus.NewRegistry()}
 	d.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	le := cfg.Cluster.LeaderElection

@@ -3,6 +3,7 @@ package operator_test
 import (
 	"context"
 	"fmt"
+	"github.com/allot-ipam/allot/core/allocator"
 	"log/slog"
 	"net/netip"
 	"os"
@@ -197,7 +198,8 @@ func (h *harness) getPool(name string) *allotv1.IPPool {
 	return &p
 }
 
-// capacity is the number of addresses of a family a node holds from a pool.
+// capacity is the number of addresses of a family a node can hand out from a pool (usable
+// addresses, as the node's allocator counts them).
 func capacity(n *allotv1.AllotNode, pool string, v4 bool) int64 {
 	var total int64
 	for _, a := range n.Spec.IPAM.Pools.Allocated {
@@ -207,7 +209,11 @@ func capacity(n *allotv1.AllotNode, pool string, v4 bool) int64 {
 		for _, s := range a.CIDRs {
 			p := netip.MustParsePrefix(s)
 			if p.Addr().Is4() == v4 {
-				total += 1 << (p.Addr().BitLen() - p.Bits())
+				a, err := allocator.New(allocator.Config{Name: "block", CIDRs: []netip.Prefix{p}})
+				if err != nil {
+					panic(err)
+				}
+				total += int64(a.Stats().Usable)
 			}
 		}
 	}

@@ -195,7 +195,12 @@ func runTerm(ctx context.Context, o *Options, m *metrics, log *slog.Logger) erro
 		return fmt.Errorf("operator: lease lock: %w", err)
 	}
 	skip := true
+	// A term that ends must not linger: its runnables work with the cancelled context, so
+	// none of them can still write, and a stuck one must not hold the next campaign (or the
+	// daemon's shutdown) for controller-runtime's default 30s.
+	grace := 10 * time.Second
 	mgr, err := ctrl.NewManager(o.RESTConfig, manager.Options{
+		GracefulShutdownTimeout:             &grace,
 		Scheme:                              allotk8s.NewScheme(),
 		Logger:                              logr.FromSlogHandler(log.Handler()),
 		LeaderElection:                      true,

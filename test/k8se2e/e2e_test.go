@@ -235,6 +235,9 @@ func (cl *cluster) checkInvariants(ctx context.Context) {
 }
 
 func TestThreeNodes(t *testing.T) {
+	// klog is process-global: route it before the operator and agents start goroutines that
+	// read it (allotd runs one role per process, this test runs them all in one).
+	daemon.RouteKlog(slog.New(slog.DiscardHandler))
 	env := k8senv.Start(t)
 	c, err := env.Client()
 	if err != nil {
