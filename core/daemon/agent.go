@@ -12,10 +12,7 @@ import (
 	"github.com/allot-ipam/allot/core/api/server"
 	"github.com/allot-ipam/allot/core/config"
 	"github.com/allot-ipam/allot/core/ipam"
-	"github.com/allot-ipam/allot/core/store"
 	ciliumannotations "github.com/allot-ipam/allot/plugins/policy/cilium-annotations"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
@@ -45,8 +42,7 @@ func (d *AgentDaemon) Agent() *agent.Agent { return d.agent }
 func NewAgent(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *AgentDaemon, err error) {
 	cfg = agentConfig(cfg, log)
 	RouteKlog(log)
-	d := &Daemon{cfg: cfg, log: log, reg: prometheus.NewRegistry()}
-	d.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	d := newBase(cfg, log)
 	defer func() {
 		if err != nil {
 			d.close(context.Background())
@@ -56,15 +52,7 @@ func NewAgent(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Age
 	if err != nil {
 		return nil, err
 	}
-	if d.httpLn, err = d.listenHTTP(); err != nil {
-		return nil, err
-	}
-	d.store, err = store.Open(ctx, cfg.Store.Path, store.Options{NoSync: cfg.Store.NoSync, Logger: log.With("component", "store")})
-	if err != nil {
-		return nil, fmt.Errorf("open store: %w", err)
-	}
-	d.reg.MustRegister(newStoreCollector(d.store))
-	if d.plugins, err = LoadPlugins(ctx, cfg, log.With("component", "plugins")); err != nil {
+	if err := d.openBase(ctx); err != nil {
 		return nil, err
 	}
 	ag, err := agent.New(agent.Options{

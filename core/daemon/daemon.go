@@ -55,25 +55,13 @@ type Daemon struct {
 // New prepares the daemon: opens the store, restores allocations, loads plugins and opens
 // the listeners. Serve starts answering.
 func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Daemon, err error) {
-	tuneGC()
-	d := &Daemon{cfg: cfg, log: log, reg: prometheus.NewRegistry()}
-	d.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	d := newBase(cfg, log)
 	defer func() {
 		if err != nil {
 			d.close(context.Background())
 		}
 	}()
-
-	if d.httpLn, err = d.listenHTTP(); err != nil {
-		return nil, err
-	}
-	d.store, err = store.Open(ctx, cfg.Store.Path, store.Options{NoSync: cfg.Store.NoSync, Logger: log.With("component", "store")})
-	if err != nil {
-		return nil, fmt.Errorf("open store: %w", err)
-	}
-	d.reg.MustRegister(newStoreCollector(d.store))
-
-	if d.plugins, err = LoadPlugins(ctx, cfg, log.With("component", "plugins")); err != nil {
+	if err := d.openBase(ctx); err != nil {
 		return nil, err
 	}
 	pools, err := poolSpecs(cfg)
@@ -107,6 +95,31 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Daemon, 
 	}
 	d.apiSrv = server.NewHTTPServer(server.Handler(d.manager, log.With("component", "api")))
 	return d, nil
+}
+
+// newBase is the part of a daemon every node role shares: its metrics registry.
+func newBase(cfg *config.Config, log *slog.Logger) *Daemon {
+	tuneGC()
+	d := &Daemon{cfg: cfg, log: log, reg: prometheus.NewRegistry()}
+	d.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return d
+}
+
+// openBase opens what every node role needs before its pools: the health listener, the
+// store (so no allocation is unknown when pools appear) and the plugins.
+func (d *Daemon) openBase(ctx context.Context) (err error) {
+	if d.httpLn, err = d.listenHTTP(); err != nil {
+		return err
+	}
+	d.store, err = store.Open(ctx, d.cfg.Store.Path, store.Options{NoSync: d.cfg.Store.NoSync, Logger: d.log.With("component", "store")})
+	if err != nil {
+		return fmt.Errorf("open store: %w", err)
+	}
+	d.reg.MustRegister(newStoreCollector(d.store))
+	if d.plugins, err = LoadPlugins(ctx, d.cfg, d.log.With("component", "plugins")); err != nil {
+		return err
+	}
+	return nil
 }
 
 // Manager exposes the IPAM manager (tests, benchmarks).
