@@ -1,0 +1,119 @@
+package datapathctl
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/allot-ipam/allot/sdk/datapath"
+)
+
+// recorder is a unit-test stand-in for a datapath: it records what it was asked to apply.
+// The real datapaths are tested in namespaces by test/datapath.
+type recorder struct {
+	mu      sync.Mutex
+	applied []datapath.Config
+	removed int
+	fail    error
+}
+
+func (r *recorder) Apply(_ context.Context, c datapath.Config) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.fail != nil {
+		return r.fail
+	}
+	r.applied = append(r.applied, c)
+	return nil
+}
+
+func (r *recorder) Remove(context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.removed++
+	return nil
+}
+
+func (r *recorder) Status(context.Context) (datapath.Status, error) {
+	return datapath.Status{Name: "recorder", Active: true}, nil
+}
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+func TestStartAppliesPodCIDRsAndStopRemoves(t *testing.T) {
+	r := &recorder{}
+	pods := []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}
+	c := New(Options{Datapath: r, PodCIDRs: pods, Base: datapath.Config{MasqLinkLocal: true}, Logger: quiet})
+	ctx := context.Background()
+	if err := c.Stop(ctx); err != nil || r.removed != 0 {
+		t.Fatalf("Stop before Start removed something: %v %d", err, r.removed)
+	}
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.applied) != 1 || r.applied[0].PodCIDRs[0] != pods[0] || !r.applied[0].MasqLinkLocal {
+		t.Fatalf("applied %+v", r.applied)
+	}
+	if err := c.Stop(ctx); err != nil || r.removed != 1 {
+		t.Fatalf("Stop: %v, removed %d", err, r.removed)
+	}
+	if err := c.Stop(ctx); err != nil || r.removed != 1 {
+		t.Fatalf("second Stop: %v, removed %d", err, r.removed)
+	}
+}
+
+func TestMasqAgentFileReappliedOnlyWhenChanged(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "ip-masq-agent")
+	write := func(s string) {
+		if err := os.WriteFile(file, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("nonMasqueradeCIDRs: [10.0.0.0/8]\nresyncInterval: 2s\n")
+	r := &recorder{}
+	c := New(Options{Datapath: r, MasqAgentConfig: file, Base: datapath.Config{NonMasqueradeCIDRs: []netip.Prefix{netip.MustParsePrefix("192.168.0.0/16")}}, Logger: quiet})
+	ctx := context.Background()
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.applied[0].NonMasqueradeCIDRs; len(got) != 1 || got[0].String() != "10.0.0.0/8" {
+		t.Fatalf("the file must override the config's list: %v", got)
+	}
+	if err := c.Resync(ctx); err != nil || len(r.applied) != 1 {
+		t.Fatalf("unchanged file re-applied: %v, %d applies", err, len(r.applied))
+	}
+	write("nonMasqueradeCIDRs: [10.0.0.0/8, 172.16.0.0/12]\nmasqLinkLocal: true\n")
+	if err := c.Resync(ctx); err != nil || len(r.applied) != 2 || len(r.applied[1].NonMasqueradeCIDRs) != 2 || !r.applied[1].MasqLinkLocal {
+		t.Fatalf("changed file: %v, %+v", err, r.applied)
+	}
+	// A broken file keeps the last good configuration in force and says which field is bad.
+	write("nonMasqueradeCIDRs: [10.0.0.0/33]\n")
+	err := c.Resync(ctx)
+	if err == nil || !strings.Contains(err.Error(), "nonMasqueradeCIDRs[0]") || len(r.applied) != 2 {
+		t.Fatalf("bad file: %v, %d applies", err, len(r.applied))
+	}
+	// A datapath that refuses is reported, and the change is tried again at the next resync.
+	write("nonMasqueradeCIDRs: [10.0.0.0/8]\n")
+	r.fail = errors.New("boom")
+	if err := c.Resync(ctx); err == nil || !strings.Contains(err.Error(), "boom") {
+		t.Fatalf("refused apply: %v", err)
+	}
+	r.fail = nil
+	if err := c.Resync(ctx); err != nil || len(r.applied) != 3 {
+		t.Fatalf("retry: %v, %d applies", err, len(r.applied))
+	}
+}
+
+func TestStartFailsOnUnreadableFile(t *testing.T) {
+	c := New(Options{Datapath: &recorder{}, MasqAgentConfig: filepath.Join(t.TempDir(), "missing"), Logger: quiet})
+	if err := c.Start(context.Background()); err == nil || !strings.Contains(err.Error(), "datapath.masqAgentConfig") {
+		t.Fatalf("got %v", err)
+	}
+}
