@@ -89,7 +89,7 @@ func Fill(ctx context.Context, b cloud.CloudBackend, req Request, log *slog.Logg
 	if len(held) == 0 {
 		return Result{}, fmt.Errorf("cloud pool %q: node %q holds no %s address and the backend assigned none", req.Name, req.Node.Name, req.Family)
 	}
-	cfg, err := poolConfig(req, held, inv, subnets)
+	cfg, err := poolConfig(req, held, subnets)
 	if err != nil {
 		return Result{}, err
 	}
@@ -187,7 +187,7 @@ func target(inv cloud.NodeInventory, id string) (cloud.Interface, error) {
 // poolConfig builds the allocator pool: the subnets holding the addresses, minus every
 // address the node does not hold. An address whose subnet the backend did not describe
 // becomes a single-address CIDR.
-func poolConfig(req Request, held []netip.Addr, inv cloud.NodeInventory, subnets map[string]netip.Prefix) (allocator.Config, error) {
+func poolConfig(req Request, held []netip.Addr, subnets map[string]netip.Prefix) (allocator.Config, error) {
 	cfg := allocator.Config{Name: req.Name}
 	var prefixes []netip.Prefix
 	for _, s := range subnets {

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -139,7 +140,7 @@ func BenchmarkAPIAllocate(b *testing.B) {
 			cfg := testConfig(b, "10.0.0.0/8", mode.noSync)
 			d, c, _ := start(b, cfg)
 			var n atomic.Int64
-			b.SetParallelism(32 / max(1, runtimeProcs()))
+			b.SetParallelism(32 / max(1, runtime.GOMAXPROCS(0)))
 			meter := benchutil.Start(b)
 			b.RunParallel(func(pb *testing.PB) {
 				ctx := context.Background()

@@ -1,5 +1,0 @@
-package daemon
-
-import "runtime"
-
-func runtimeProcs() int { return runtime.GOMAXPROCS(0) }
