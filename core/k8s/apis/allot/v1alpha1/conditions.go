@@ -52,3 +52,24 @@ const (
 // AnnotationClusterCIDRConfig is set by the operator on a Node it gave pod CIDRs to, naming
 // the ClusterCIDRConfig they came from (configs may overlap, so the CIDR alone cannot say).
 const AnnotationClusterCIDRConfig = "allot.io/cluster-cidr-config"
+
+// Shared pools.
+const (
+	// FinalizerSharedPoolInUse keeps a SharedIPPool while AddressClaims of it exist.
+	FinalizerSharedPoolInUse = "allot.io/shared-pool-in-use"
+	// ConditionAddressConflict (SharedIPPool): the pool overlaps another pool (a different
+	// subnet overlapping, or the same subnet sharing addresses) and hands nothing out until
+	// the conflict is resolved. Of two conflicting pools the older (then by name) keeps
+	// working, so every agent reaches the same verdict without talking to the others.
+	ConditionAddressConflict = "AddressConflict"
+	// ReasonAddressRemovalRefused: an update removed addresses pods hold.
+	ReasonAddressRemovalRefused = "AddressRemovalRefused"
+
+	// LabelClaimPool, LabelClaimNode, LabelClaimNamespace and LabelClaimPod are set on every
+	// AddressClaim so agents, the garbage collector and allotctl can select claims by pool,
+	// node or pod without reading them all.
+	LabelClaimPool      = "allot.io/pool"
+	LabelClaimNode      = "allot.io/node"
+	LabelClaimNamespace = "allot.io/pod-namespace"
+	LabelClaimPod       = "allot.io/pod"
+)

@@ -29,6 +29,10 @@ func addKnownTypes(s *runtime.Scheme) error {
 		&IPPool{}, &IPPoolList{},
 		&AllotNode{}, &AllotNodeList{},
 		&ClusterCIDRConfig{}, &ClusterCIDRConfigList{},
+		&SharedIPPool{}, &SharedIPPoolList{},
+		&AddressClaim{}, &AddressClaimList{},
+		&AllotEndpoint{}, &AllotEndpointList{},
+		&ReservedIP{}, &ReservedIPList{},
 	)
 	metav1.AddToGroupVersion(s, SchemeGroupVersion)
 	return nil
