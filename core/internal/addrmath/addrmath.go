@@ -1,0 +1,102 @@
+// Package addrmath is 128-bit arithmetic on IP addresses, shared by the packages that count,
+// index and walk address ranges. IPv4 addresses use the low 32 bits, so arithmetic never
+// crosses from one family into the other as long as callers stay inside one family.
+package addrmath
+
+import (
+	"encoding/binary"
+	"math/bits"
+	"net/netip"
+)
+
+// U128 is an address (or a count of addresses) as a 128-bit unsigned integer.
+type U128 struct{ Hi, Lo uint64 }
+
+// FromAddr converts an address; an IPv4 address maps to its 32-bit value.
+func FromAddr(a netip.Addr) U128 {
+	if a.Is4() {
+		b := a.As4()
+		return U128{Lo: uint64(binary.BigEndian.Uint32(b[:]))}
+	}
+	b := a.As16()
+	return U128{binary.BigEndian.Uint64(b[:8]), binary.BigEndian.Uint64(b[8:])}
+}
+
+// Addr converts back to an address of the given family.
+func (u U128) Addr(is4 bool) netip.Addr {
+	if is4 {
+		var b [4]byte
+		binary.BigEndian.PutUint32(b[:], uint32(u.Lo))
+		return netip.AddrFrom4(b)
+	}
+	var b [16]byte
+	binary.BigEndian.PutUint64(b[:8], u.Hi)
+	binary.BigEndian.PutUint64(b[8:], u.Lo)
+	return netip.AddrFrom16(b)
+}
+
+// Cmp compares u and v (-1, 0, 1).
+func (u U128) Cmp(v U128) int {
+	switch {
+	case u.Hi < v.Hi:
+		return -1
+	case u.Hi > v.Hi:
+		return 1
+	case u.Lo < v.Lo:
+		return -1
+	case u.Lo > v.Lo:
+		return 1
+	}
+	return 0
+}
+
+// Add64 returns u+x (wrapping).
+func (u U128) Add64(x uint64) U128 {
+	lo, c := bits.Add64(u.Lo, x, 0)
+	return U128{u.Hi + c, lo}
+}
+
+// Add returns u+v (wrapping).
+func (u U128) Add(v U128) U128 {
+	lo, c := bits.Add64(u.Lo, v.Lo, 0)
+	hi, _ := bits.Add64(u.Hi, v.Hi, c)
+	return U128{hi, lo}
+}
+
+// Sub returns u-v (wrapping).
+func (u U128) Sub(v U128) U128 {
+	lo, b := bits.Sub64(u.Lo, v.Lo, 0)
+	hi, _ := bits.Sub64(u.Hi, v.Hi, b)
+	return U128{hi, lo}
+}
+
+// Sat64 saturates u to a uint64.
+func (u U128) Sat64() uint64 {
+	if u.Hi != 0 {
+		return ^uint64(0)
+	}
+	return u.Lo
+}
+
+// HostMask returns the mask of the low n bits (0 <= n <= 128).
+func HostMask(n int) U128 {
+	switch {
+	case n <= 0:
+		return U128{}
+	case n < 64:
+		return U128{0, 1<<uint(n) - 1}
+	case n == 64:
+		return U128{0, ^uint64(0)}
+	case n < 128:
+		return U128{1<<uint(n-64) - 1, ^uint64(0)}
+	}
+	return U128{^uint64(0), ^uint64(0)}
+}
+
+// LastOf returns the last address of a prefix.
+func LastOf(p netip.Prefix) netip.Addr {
+	p = p.Masked()
+	b := FromAddr(p.Addr())
+	m := HostMask(p.Addr().BitLen() - p.Bits())
+	return U128{b.Hi | m.Hi, b.Lo | m.Lo}.Addr(p.Addr().Is4())
+}
