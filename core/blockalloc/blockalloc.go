@@ -16,6 +16,8 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+
+	"github.com/allot-ipam/allot/core/internal/addrmath"
 )
 
 var (
@@ -28,7 +30,7 @@ var (
 )
 
 type span struct {
-	start, end u128 // inclusive
+	start, end addrmath.U128 // inclusive
 	p          netip.Prefix
 }
 
@@ -39,9 +41,9 @@ type Set struct {
 }
 
 func toSpan(p netip.Prefix) span {
-	start := fromAddr(p.Addr())
-	size := pow2(p.Addr().BitLen() - p.Bits())
-	return span{start: start, end: start.add(size.sub(one)), p: p}
+	start := addrmath.FromAddr(p.Addr())
+	size := addrmath.Pow2(p.Addr().BitLen() - p.Bits())
+	return span{start: start, end: start.Add(size.Sub(addrmath.One)), p: p}
 }
 
 func (s *Set) list(p netip.Prefix) *[]span {
@@ -63,12 +65,12 @@ func check(p netip.Prefix) error {
 
 // overlapRange returns the index range [i, j) of spans overlapping sp.
 func overlapRange(l []span, sp span) (int, int) {
-	i, _ := slices.BinarySearchFunc(l, sp.start, func(e span, t u128) int { return e.start.cmp(t) })
-	if i > 0 && l[i-1].end.cmp(sp.start) >= 0 {
+	i, _ := slices.BinarySearchFunc(l, sp.start, func(e span, t addrmath.U128) int { return e.start.Cmp(t) })
+	if i > 0 && l[i-1].end.Cmp(sp.start) >= 0 {
 		i--
 	}
 	j := i
-	for j < len(l) && l[j].start.cmp(sp.end) <= 0 {
+	for j < len(l) && l[j].start.Cmp(sp.end) <= 0 {
 		j++
 	}
 	return i, j
@@ -169,28 +171,28 @@ func (s *Set) FindFree(within netip.Prefix, bits int) (p netip.Prefix, ok bool, 
 	}
 	l := *s.list(within)
 	w := toSpan(within)
-	size := pow2(within.Addr().BitLen() - bits)
-	mask := size.sub(one)
-	last := w.end.sub(mask) // the highest address a block may start at
+	size := addrmath.Pow2(within.Addr().BitLen() - bits)
+	mask := size.Sub(addrmath.One)
+	last := w.end.Sub(mask) // the highest address a block may start at
 	i, j := overlapRange(l, w)
 	c := w.start
 	for k := i; k <= j; k++ {
-		if c.cmp(last) > 0 {
+		if c.Cmp(last) > 0 {
 			return netip.Prefix{}, false, nil
 		}
 		// c <= last, so rounding c up to the block size cannot pass w.end or overflow.
-		cand := c.add(mask).and(mask.not())
-		if cand.cmp(last) > 0 {
+		cand := c.Add(mask).And(mask.Not())
+		if cand.Cmp(last) > 0 {
 			return netip.Prefix{}, false, nil
 		}
-		if k == j || cand.add(mask).cmp(l[k].start) < 0 {
-			return netip.PrefixFrom(cand.addr(within.Addr().Is4()), bits), true, nil
+		if k == j || cand.Add(mask).Cmp(l[k].start) < 0 {
+			return netip.PrefixFrom(cand.Addr(within.Addr().Is4()), bits), true, nil
 		}
-		if l[k].end.cmp(w.end) >= 0 {
+		if l[k].end.Cmp(w.end) >= 0 {
 			return netip.Prefix{}, false, nil
 		}
-		if l[k].end.cmp(c) >= 0 {
-			c = l[k].end.add(one)
+		if l[k].end.Cmp(c) >= 0 {
+			c = l[k].end.Add(addrmath.One)
 		}
 	}
 	return netip.Prefix{}, false, nil
@@ -220,7 +222,7 @@ func TotalBlocks(within netip.Prefix, bits int) uint64 {
 	if bits-within.Bits() >= 64 {
 		return ^uint64(0)
 	}
-	return pow2(bits - within.Bits()).sat64()
+	return addrmath.Pow2(bits - within.Bits()).Sat64()
 }
 
 // FreeBlocks counts the blocks of prefix length bits inside within that overlap no prefix in
@@ -235,30 +237,30 @@ func (s *Set) FreeBlocks(within netip.Prefix, bits int) uint64 {
 	if bits-within.Bits() >= 128 {
 		bits-- // ::/0 in /128s: 2^128 blocks do not fit; count 2^127 (saturates anyway)
 	}
-	total := pow2(bits - within.Bits())
-	used := u128{}
+	total := addrmath.Pow2(bits - within.Bits())
+	used := addrmath.U128{}
 	i, j := overlapRange(l, w)
-	var lastBlock u128
+	var lastBlock addrmath.U128
 	haveLast := false
 	for k := i; k < j; k++ {
 		sp := l[k]
-		if sp.start.cmp(w.start) <= 0 && sp.end.cmp(w.end) >= 0 {
+		if sp.start.Cmp(w.start) <= 0 && sp.end.Cmp(w.end) >= 0 {
 			return 0 // a taken prefix covers all of within
 		}
 		if sp.p.Bits() <= bits {
-			used = used.add(pow2(bits - sp.p.Bits()))
+			used = used.Add(addrmath.Pow2(bits - sp.p.Bits()))
 			continue
 		}
 		// A prefix smaller than a block: count its block once.
-		b := sp.start.shr(hostBits)
-		if haveLast && b.cmp(lastBlock) == 0 {
+		b := sp.start.Shr(hostBits)
+		if haveLast && b.Cmp(lastBlock) == 0 {
 			continue
 		}
 		lastBlock, haveLast = b, true
-		used = used.add(one)
+		used = used.Add(addrmath.One)
 	}
-	if used.cmp(total) >= 0 {
+	if used.Cmp(total) >= 0 {
 		return 0
 	}
-	return total.sub(used).sat64()
+	return total.Sub(used).Sat64()
 }

@@ -100,3 +100,33 @@ func LastOf(p netip.Prefix) netip.Addr {
 	m := HostMask(p.Addr().BitLen() - p.Bits())
 	return U128{b.Hi | m.Hi, b.Lo | m.Lo}.Addr(p.Addr().Is4())
 }
+
+// And is u & v.
+func (u U128) And(v U128) U128 { return U128{u.Hi & v.Hi, u.Lo & v.Lo} }
+
+// Not is ^u.
+func (u U128) Not() U128 { return U128{^u.Hi, ^u.Lo} }
+
+// One is 1.
+var One = U128{Lo: 1}
+
+// Pow2 is 2^n for 0 <= n <= 127.
+func Pow2(n int) U128 {
+	if n >= 64 {
+		return U128{Hi: 1 << (n - 64)}
+	}
+	return U128{Lo: 1 << n}
+}
+
+// Shr is u >> n for 0 <= n <= 128.
+func (u U128) Shr(n int) U128 {
+	switch {
+	case n >= 128:
+		return U128{}
+	case n >= 64:
+		return U128{Lo: u.Hi >> (n - 64)}
+	case n == 0:
+		return u
+	}
+	return U128{Hi: u.Hi >> n, Lo: u.Lo>>n | u.Hi<<(64-n)}
+}
