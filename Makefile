@@ -11,7 +11,7 @@ export ALLOT_CACHE ?= $(HOME)/.cache/allot
 STATICCHECK_VERSION ?= v0.8.2
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/allot-ipam/allot/core/daemon.Version=$(VERSION) -X main.version=$(VERSION)
-GOTEST_FLAGS ?= -count=1
+GOTEST_FLAGS ?= -count=1 -timeout 30m
 
 .PHONY: all build run test test-short test-unit test-sdk lint deps plugins bench bench-go clean help
 
