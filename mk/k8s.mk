@@ -3,11 +3,12 @@
 #   make generate-crds    regenerate deepcopy and deploy/crds from core/k8s/apis (controller-gen)
 #   make kube-binaries    build (or reuse) kube-apiserver and etcd into $(ALLOT_CACHE)
 #   make bench-operator   1,000 AllotNodes (multi-pool) and 1,000 Nodes (ClusterCIDRConfig) on a real API server
+#   make bench-shared     1,000 pods on 10 simulated nodes from one shared pool (1,000 and 2,000 addresses)
 
 CONTROLLER_GEN_VERSION ?= v0.21.0
 CONTROLLER_GEN := $(GO) run sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_GEN_VERSION)
 
-.PHONY: generate-crds kube-binaries bench-operator
+.PHONY: generate-crds kube-binaries bench-operator bench-shared
 
 generate-crds:
 	$(CONTROLLER_GEN) object crd paths=./core/k8s/apis/... output:crd:dir=./deploy/crds
@@ -18,3 +19,9 @@ kube-binaries:
 
 bench-operator: kube-binaries
 	ALLOT_KUBE_DIR=$$(bash hack/build-kube.sh) $(GO) test -run '^$$' -bench 'BenchmarkConverge' -benchtime=1x -count=1 -timeout 20m ./core/operator/ | tee $(ALLOT_CACHE)/bench-operator.txt
+
+# Shared pools (issue 7): prints a table (time until every pod has an address, API requests
+# per pod, conflicts retried, duplicates).
+bench-shared: kube-binaries
+	ALLOT_KUBE_DIR=$$(bash hack/build-kube.sh) $(GO) test -run '^$$' -bench 'BenchmarkSharedPool' -benchtime=1x -count=1 -timeout 20m ./core/sharedpool/ \
+		| grep -v '^        [IWE][0-9]' | tee $(ALLOT_CACHE)/bench-shared.txt

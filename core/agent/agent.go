@@ -40,6 +40,7 @@ import (
 	"github.com/allot-ipam/allot/core/ipam"
 	"github.com/allot-ipam/allot/core/k8s"
 	"github.com/allot-ipam/allot/core/k8s/apis/allot/v1alpha1"
+	"github.com/allot-ipam/allot/core/sharedpool"
 	"github.com/allot-ipam/allot/sdk/policy"
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
@@ -76,6 +77,11 @@ type Options struct {
 	Logger     *slog.Logger
 	// Now is the clock (tests).
 	Now func() time.Time
+	// ENI, if set, turns on ENI mode: the node's pool is the cloud addresses the operator
+	// puts in spec.ipam.pool (eni.go) instead of multi-pool blocks.
+	ENI *ENIOptions
+	// Shared, if set, serves shared-pool networks too (shared.go).
+	Shared *SharedOptions
 }
 
 // Agent is the node agent.
@@ -101,6 +107,7 @@ type Agent struct {
 	reported map[string]bool
 
 	metrics *metrics
+	shared  *sharedpool.Allocator
 }
 
 // New prepares the agent: clients and informer cache (not started).
@@ -143,16 +150,20 @@ func New(opts Options) (*Agent, error) {
 		return nil, fmt.Errorf("agent: client: %w", err)
 	}
 	byName := fields.OneTermEqualSelector("metadata.name", opts.NodeName)
+	byObject := map[client.Object]cache.ByObject{
+		// Only this node's pods: a node's agent never lists the cluster's pods.
+		&corev1.Pod{}:         {Field: fields.OneTermEqualSelector("spec.nodeName", opts.NodeName)},
+		&v1alpha1.AllotNode{}: {Field: byName},
+		&corev1.Node{}:        {Field: byName},
+		&corev1.Namespace{}:   {},
+		&v1alpha1.IPPool{}:    {},
+	}
+	if opts.Shared != nil {
+		sharedCacheObjects(byObject)
+	}
 	c, err := cache.New(rest.CopyConfig(opts.RESTConfig), cache.Options{
-		Scheme: scheme,
-		ByObject: map[client.Object]cache.ByObject{
-			// Only this node's pods: a node's agent never lists the cluster's pods.
-			&corev1.Pod{}:         {Field: fields.OneTermEqualSelector("spec.nodeName", opts.NodeName)},
-			&v1alpha1.AllotNode{}: {Field: byName},
-			&corev1.Node{}:        {Field: byName},
-			&corev1.Namespace{}:   {},
-			&v1alpha1.IPPool{}:    {},
-		},
+		Scheme:           scheme,
+		ByObject:         byObject,
 		DefaultTransform: cache.TransformStripManagedFields(),
 		// A read of a type without an informer fails instead of starting one silently.
 		ReaderFailOnMissingInformer: true,
@@ -171,6 +182,11 @@ func New(opts Options) (*Agent, error) {
 		stale:     map[api.Owner]time.Time{},
 		reported:  map[string]bool{},
 		metrics:   newMetrics(opts.Registerer),
+	}
+	if opts.Shared != nil {
+		if a.shared, err = a.newShared(); err != nil {
+			return nil, err
+		}
 	}
 	return a, nil
 }
@@ -204,6 +220,9 @@ func (a *Agent) Run(ctx context.Context, m *ipam.Manager) error {
 		if _, err := inf.AddEventHandler(h); err != nil {
 			return fmt.Errorf("agent: event handler for %T: %w", obj, err)
 		}
+	}
+	if err := a.watchShared(ctx); err != nil {
+		return err
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- a.cache.Start(ctx) }()
@@ -303,6 +322,9 @@ func (a *Agent) sync(ctx context.Context) (time.Time, error) {
 	m := a.m.Load()
 	begin := time.Now()
 	defer func() { a.metrics.syncDuration.Observe(time.Since(begin).Seconds()) }()
+	if a.opts.ENI != nil {
+		return time.Time{}, a.syncENI(ctx)
+	}
 
 	node := &v1alpha1.AllotNode{}
 	err := a.cache.Get(ctx, types.NamespacedName{Name: a.opts.NodeName}, node)

@@ -73,11 +73,20 @@ type Allocation struct {
 // ReleaseRequest is a CNI DEL.
 type ReleaseRequest struct {
 	Owner Owner `json:"owner"`
+	// Network is the CNI network name; in agent mode it sends requests of shared-pool
+	// networks (cluster.sharedPools.networks) to the shared allocator. Empty (older
+	// allot-cni): every allocator is asked to release the owner.
+	Network string `json:"network,omitempty"`
+	// Pod is the pod from CNI_ARGS, if given: shared pools find the pod's records by it.
+	Pod PodRef `json:"pod,omitempty"`
 }
 
 // CheckRequest is a CNI CHECK: the owner must hold an allocation.
 type CheckRequest struct {
 	Owner Owner `json:"owner"`
+	// Network and Pod: as in ReleaseRequest.
+	Network string `json:"network,omitempty"`
+	Pod     PodRef `json:"pod,omitempty"`
 }
 
 // GCRequest is a CNI GC: every allocation of Network whose owner is not in Valid is freed.

@@ -130,12 +130,18 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 		return err
 	}
 	defer c.cancel()
-	// CNI_ARGS is checked on DEL too, so a runtime sending garbage hears about it, but
-	// nothing in it changes what is freed.
-	if _, err := ParseArgs(args.Args); err != nil {
+	// CNI_ARGS is checked on DEL too, so a runtime sending garbage hears about it. The owner
+	// decides what is freed; the network and pod tell an agent which allocator holds it
+	// (shared pools find the pod's records by the pod).
+	cargs, err := ParseArgs(args.Args)
+	if err != nil {
 		return err
 	}
-	err = c.daemon.Release(c.ctx, &api.ReleaseRequest{Owner: api.Owner{ContainerID: args.ContainerID, IfName: args.IfName}})
+	err = c.daemon.Release(c.ctx, &api.ReleaseRequest{
+		Owner:   api.Owner{ContainerID: args.ContainerID, IfName: args.IfName},
+		Network: c.conf.Network,
+		Pod:     cargs.Pod,
+	})
 	if err != nil {
 		return c.daemonError("DEL", err)
 	}
@@ -150,7 +156,8 @@ func (p *Plugin) Check(args *skel.CmdArgs) error {
 		return err
 	}
 	defer c.cancel()
-	if _, err := ParseArgs(args.Args); err != nil {
+	cargs, err := ParseArgs(args.Args)
+	if err != nil {
 		return err
 	}
 	if c.conf.PrevResult == nil {
@@ -161,7 +168,7 @@ func (p *Plugin) Check(args *skel.CmdArgs) error {
 		return terr
 	}
 	owner := api.Owner{ContainerID: args.ContainerID, IfName: args.IfName}
-	alloc, err := c.daemon.Check(c.ctx, &api.CheckRequest{Owner: owner})
+	alloc, err := c.daemon.Check(c.ctx, &api.CheckRequest{Owner: owner, Network: c.conf.Network, Pod: cargs.Pod})
 	if err != nil {
 		return c.daemonError("CHECK", err)
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"slices"
 	"sort"
 	"time"
 )
@@ -58,6 +59,148 @@ type Cluster struct {
 	ClusterCIDRConfig bool `koanf:"clusterCIDRConfig"`
 	// Workers is the number of concurrent reconciles per operator controller (0: default).
 	Workers int `koanf:"workers"`
+
+	// ENI turns on ENI mode (agent and operator) when eni.backend is set.
+	ENI ClusterENI `koanf:"eni"`
+
+	// SharedPools: CNI networks served from shared pools in agent mode (sharedpools.go).
+	SharedPools SharedPools `koanf:"sharedPools"`
+}
+
+// ClusterENI configures ENI mode: the operator's ENI engine hands a cloud backend's
+// addresses to nodes (AllotNode spec.ipam.pool) and the agents serve them to pods. Unset
+// fields take the defaults of core/eni.DefaultConfig (Cilium's): pre-allocate 8,
+// min-allocate 0, max-allocate 0 (no cap), max-above-watermark 0, first interface index 0,
+// delete-on-termination true, release true, release delay 180 s, at most one pass per
+// second, a pass at least every minute, 16 workers, 16 cloud calls per node and pass.
+type ClusterENI struct {
+	// Backend names the cloud backend: a built-in one (aws-eni, configured in
+	// cloud.backends.aws-eni) or a cloud-backend plugin of plugins. Empty: ENI mode is off.
+	Backend string `koanf:"backend"`
+
+	// --- operator: the engine (eni.Config) ---
+
+	PreAllocate       *int `koanf:"preAllocate"`
+	MinAllocate       int  `koanf:"minAllocate"`
+	MaxAllocate       int  `koanf:"maxAllocate"`
+	MaxAboveWatermark int  `koanf:"maxAboveWatermark"`
+	// FirstInterfaceIndex: interfaces below it are never used nor created (1 keeps eth0's
+	// secondary addresses out).
+	FirstInterfaceIndex int               `koanf:"firstInterfaceIndex"`
+	SubnetIDs           []string          `koanf:"subnetIDs"`
+	SubnetTags          map[string]string `koanf:"subnetTags"`
+	SecurityGroups      []string          `koanf:"securityGroups"`
+	// Description of new interfaces ("%s": the node name) and their Tags.
+	Description         string            `koanf:"description"`
+	Tags                map[string]string `koanf:"tags"`
+	DeleteOnTermination *bool             `koanf:"deleteOnTermination"`
+	// Release excess addresses (through the handshake with the agent), after ReleaseDelay.
+	Release         *bool         `koanf:"release"`
+	ReleaseDelay    time.Duration `koanf:"releaseDelay"`
+	MinPassInterval time.Duration `koanf:"minPassInterval"`
+	ResyncInterval  time.Duration `koanf:"resyncInterval"`
+	Workers         int           `koanf:"workers"`
+	MaxStepsPerNode int           `koanf:"maxStepsPerNode"`
+
+	// --- agent ---
+
+	// Pool is the local pool the node's cloud addresses form (default "default", the pool
+	// the cilium-annotations policy picks when a pod names none).
+	Pool string `koanf:"pool"`
+	// HostRoutes presents addresses to pods as /32 (/128) without gateway instead of with
+	// their subnet's prefix length and router.
+	HostRoutes bool `koanf:"hostRoutes"`
+	// Node is what the agent writes in its AllotNode's spec.eni: the instance (default:
+	// from the Node's spec.providerID), its type and zone (default: the Node's labels), and
+	// per-node overrides of the operator's settings above.
+	Node ENINode `koanf:"node"`
+}
+
+// ENINode is the agent's spec.eni.
+type ENINode struct {
+	InstanceID          string            `koanf:"instanceID"`
+	InstanceType        string            `koanf:"instanceType"`
+	Zone                string            `koanf:"zone"`
+	PreAllocate         *int              `koanf:"preAllocate"`
+	MinAllocate         *int              `koanf:"minAllocate"`
+	MaxAllocate         *int              `koanf:"maxAllocate"`
+	MaxAboveWatermark   *int              `koanf:"maxAboveWatermark"`
+	FirstInterfaceIndex *int              `koanf:"firstInterfaceIndex"`
+	SubnetIDs           []string          `koanf:"subnetIDs"`
+	SubnetTags          map[string]string `koanf:"subnetTags"`
+	SecurityGroups      []string          `koanf:"securityGroups"`
+}
+
+// Enabled reports whether ENI mode is on.
+func (e ClusterENI) Enabled() bool { return e.Backend != "" }
+
+// validateENI checks cluster.eni; errors name the field.
+func (c *Config) validateENI() []error {
+	e := &c.Cluster.ENI
+	if !e.Enabled() {
+		return nil
+	}
+	var errs []error
+	add := func(field, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("cluster.eni.%s: %s", field, fmt.Sprintf(format, args...)))
+	}
+	const maxAddrs = 4096
+	ints := []struct {
+		field  string
+		v      *int
+		lo, hi int
+	}{
+		{"preAllocate", e.PreAllocate, 0, maxAddrs},
+		{"minAllocate", &e.MinAllocate, 0, maxAddrs},
+		{"maxAllocate", &e.MaxAllocate, 0, maxAddrs},
+		{"maxAboveWatermark", &e.MaxAboveWatermark, 0, maxAddrs},
+		{"firstInterfaceIndex", &e.FirstInterfaceIndex, 0, 64},
+		{"workers", &e.Workers, 0, 1024},
+		{"maxStepsPerNode", &e.MaxStepsPerNode, 0, 1024},
+		{"node.preAllocate", e.Node.PreAllocate, 0, maxAddrs},
+		{"node.minAllocate", e.Node.MinAllocate, 0, maxAddrs},
+		{"node.maxAllocate", e.Node.MaxAllocate, 0, maxAddrs},
+		{"node.maxAboveWatermark", e.Node.MaxAboveWatermark, 0, maxAddrs},
+		{"node.firstInterfaceIndex", e.Node.FirstInterfaceIndex, 0, 64},
+	}
+	for _, f := range ints {
+		if f.v != nil && (*f.v < f.lo || *f.v > f.hi) {
+			add(f.field, "%d must be between %d and %d", *f.v, f.lo, f.hi)
+		}
+	}
+	if e.MaxAllocate > 0 && e.MinAllocate > e.MaxAllocate {
+		add("minAllocate", "%d is above maxAllocate %d", e.MinAllocate, e.MaxAllocate)
+	}
+	for _, d := range []struct {
+		field string
+		v     time.Duration
+	}{{"releaseDelay", e.ReleaseDelay}, {"minPassInterval", e.MinPassInterval}, {"resyncInterval", e.ResyncInterval}} {
+		if d.v < 0 || d.v > 24*time.Hour {
+			add(d.field, "%s must be between 0 and 24h", d.v)
+		}
+	}
+	for i, id := range append(slices.Clone(e.SubnetIDs), e.Node.SubnetIDs...) {
+		if id == "" {
+			add(fmt.Sprintf("subnetIDs[%d]", i), "empty")
+		}
+	}
+	for _, m := range []struct {
+		field string
+		tags  map[string]string
+	}{{"subnetTags", e.SubnetTags}, {"tags", e.Tags}, {"node.subnetTags", e.Node.SubnetTags}} {
+		for k := range m.tags {
+			if k == "" {
+				add(m.field, "empty key")
+			}
+		}
+	}
+	if e.Pool != "" && (len(e.Pool) > 253 || !dns1123Subdomain.MatchString(e.Pool)) {
+		add("pool", "%q is not a valid pool name", e.Pool)
+	}
+	if i := slices.IndexFunc(c.Plugins, func(p Plugin) bool { return p.Name == e.Backend }); i >= 0 && c.Plugins[i].Kind != "cloud-backend" {
+		add("backend", "plugin %q is a %s, not a cloud-backend", e.Backend, c.Plugins[i].Kind)
+	}
+	return errs
 }
 
 // LeaderElection configures the operator's Lease-based leader election.
@@ -182,10 +325,13 @@ func (c *Config) validateCluster() []error {
 			add(p.field, "%s must be between 0 and %s", p.v, p.max)
 		}
 	}
+	errs = append(errs, c.validateENI()...)
+	errs = append(errs, c.validateSharedPools()...)
+	errs = append(errs, c.validateSharedPoolsOperator()...)
 	if cl.Workers < 0 || cl.Workers > 256 {
 		add("workers", "%d must be between 0 and 256", cl.Workers)
 	}
-	if c.Mode == "operator" && cl.DisableMultiPool && !cl.ClusterCIDRConfig {
+	if c.Mode == "operator" && cl.DisableMultiPool && !cl.ClusterCIDRConfig && !cl.ENI.Enabled() {
 		add("disableMultiPool", "with clusterCIDRConfig off too, the operator has nothing to do")
 	}
 	le := cl.LeaderElection

@@ -12,6 +12,7 @@ import (
 	"github.com/allot-ipam/allot/core/api/server"
 	"github.com/allot-ipam/allot/core/config"
 	"github.com/allot-ipam/allot/core/ipam"
+	"github.com/allot-ipam/allot/core/k8s/apis/allot/v1alpha1"
 	ciliumannotations "github.com/allot-ipam/allot/plugins/policy/cilium-annotations"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -66,6 +67,8 @@ func NewAgent(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Age
 		Resync:          cfg.Cluster.Resync,
 		Registerer:      d.reg,
 		Logger:          log.With("component", "agent"),
+		ENI:             agentENI(cfg.Cluster.ENI),
+		Shared:          sharedOptions(cfg, d.plugins),
 	})
 	if err != nil {
 		return nil, err
@@ -89,8 +92,33 @@ func NewAgent(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Age
 	if d.apiLn, err = server.Listen(cfg.Socket); err != nil {
 		return nil, err
 	}
-	d.apiSrv = server.NewHTTPServer(server.Handler(d.manager, log.With("component", "api")))
+	d.apiSrv = server.NewHTTPServer(server.Handler(serviceFor(cfg, d.manager, ag), log.With("component", "api")))
 	return &AgentDaemon{Daemon: d, agent: ag}, nil
+}
+
+// agentENI is the agent's ENI mode from cluster.eni, nil when off.
+func agentENI(e config.ClusterENI) *agent.ENIOptions {
+	if !e.Enabled() {
+		return nil
+	}
+	n := e.Node
+	i32 := func(v *int) *int32 {
+		if v == nil {
+			return nil
+		}
+		x := int32(*v)
+		return &x
+	}
+	return &agent.ENIOptions{
+		Pool:       e.Pool,
+		HostRoutes: e.HostRoutes,
+		Spec: v1alpha1.NodeENISpec{
+			InstanceID: n.InstanceID, InstanceType: n.InstanceType, Zone: n.Zone,
+			PreAllocate: i32(n.PreAllocate), MinAllocate: i32(n.MinAllocate), MaxAllocate: i32(n.MaxAllocate),
+			MaxAboveWatermark: i32(n.MaxAboveWatermark), FirstInterfaceIndex: i32(n.FirstInterfaceIndex),
+			SubnetIDs: n.SubnetIDs, SubnetTags: n.SubnetTags, SecurityGroups: n.SecurityGroups,
+		},
+	}
 }
 
 // agentConfig returns cfg with agent-mode defaults: the pool policy chain is Cilium's

@@ -1,0 +1,67 @@
+package sharedpool
+
+import (
+	"net/netip"
+	"testing"
+
+	"github.com/allot-ipam/allot/core/addrset"
+	"github.com/allot-ipam/allot/sdk/policy"
+)
+
+func TestPickFree(t *testing.T) {
+	set, err := addrset.Parse("ips", policy.IPv4, []string{"10.0.0.1-10.0.0.4", "10.0.0.10-10.0.0.11"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Positions: 0=.1 1=.2 2=.3 3=.4 4=.10 5=.11
+	for _, tc := range []struct {
+		name string
+		used []uint64
+		seed uint64
+		want string // "" = none free
+	}{
+		{"empty, rank 0", nil, 0, "10.0.0.1"},
+		{"empty, rank 4 crosses ranges", nil, 4, "10.0.0.10"},
+		{"rank wraps modulo free", nil, 6, "10.0.0.1"},
+		{"skips used prefix", []uint64{0, 1}, 0, "10.0.0.3"},
+		{"skips used in the middle", []uint64{1, 2}, 1, "10.0.0.4"},
+		{"last free", []uint64{0, 1, 2, 3, 4}, 99, "10.0.0.11"},
+		{"full", []uint64{0, 1, 2, 3, 4, 5}, 0, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := pickFree(set, tc.used, tc.seed)
+			if tc.want == "" {
+				if ok {
+					t.Fatalf("got %s, want none", got)
+				}
+				return
+			}
+			if !ok || got != netip.MustParseAddr(tc.want) {
+				t.Fatalf("got %s %v, want %s", got, ok, tc.want)
+			}
+		})
+	}
+}
+
+// Every seed picks a free address, and over all ranks every free address is picked once.
+func TestPickFreeCoversEveryFreeAddress(t *testing.T) {
+	set, _ := addrset.Parse("ips", policy.IPv4, []string{"10.0.0.0-10.0.0.63"})
+	used := []uint64{0, 5, 6, 7, 31, 32, 63}
+	seen := map[netip.Addr]bool{}
+	for seed := range uint64(64 - len(used)) {
+		a, ok := pickFree(set, used, seed)
+		if !ok {
+			t.Fatal("none")
+		}
+		i, _ := set.Index(a)
+		for _, u := range used {
+			if u == i {
+				t.Fatalf("seed %d picked used %s", seed, a)
+			}
+		}
+		if seen[a] {
+			t.Fatalf("seed %d picked %s again", seed, a)
+		}
+		seen[a] = true
+	}
+}
