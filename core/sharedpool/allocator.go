@@ -275,12 +275,20 @@ func (a *Allocator) allocate(ctx context.Context, req *api.AllocateRequest) (*ap
 	}
 	if len(held) > 0 {
 		a.m.nReused.Add(1)
-	} else {
-		held, err = a.claimNew(ctx, w, preq, blocked, requested)
-		if err != nil {
-			return nil, err
+	}
+	// Families the interface should have but holds no claim for: an agent killed between
+	// its IPv4 and IPv6 claims, or a StatefulSet address the GC freed meanwhile.
+	have := map[policy.Family]bool{}
+	for _, c := range held {
+		if ad, err := netip.ParseAddr(c.Spec.IP); err == nil {
+			have[famOf(ad)] = true
 		}
 	}
+	more, err := a.claimNew(ctx, w, preq, blocked, requested, have)
+	if err != nil {
+		return nil, err
+	}
+	held = append(held, more...)
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.opts.WriteTimeout)
 	defer cancel()
 	alloc, iface := a.allocationOf(w, held)
@@ -428,7 +436,11 @@ func claimLabels(pool, node, ns, pod string) map[string]string {
 }
 
 // claimNew decides the pools and claims one address per wanted family.
-func (a *Allocator) claimNew(ctx context.Context, w *want, preq *policy.PodRequest, blocked map[string]string, requested []netip.Addr) ([]*v1alpha1.AddressClaim, error) {
+//
+// have are the families the interface already holds: they are left out, and when it holds
+// any, a policy that no longer finds a pool (the pod's annotations changed, say) leaves the
+// interface with what it has instead of failing a repeat ADD.
+func (a *Allocator) claimNew(ctx context.Context, w *want, preq *policy.PodRequest, blocked map[string]string, requested []netip.Addr, have map[policy.Family]bool) ([]*v1alpha1.AddressClaim, error) {
 	type famPlan struct {
 		fam   policy.Family
 		cands []policy.Candidate
@@ -445,6 +457,9 @@ func (a *Allocator) claimNew(ctx context.Context, w *want, preq *policy.PodReque
 				return nil, api.InvalidField(field, "%s: only one address per family can be requested", ad)
 			}
 			seen[fam] = true
+			if have[fam] {
+				continue
+			}
 			pool, err := a.poolOf(ad, field, blocked)
 			if err != nil {
 				return nil, err
@@ -454,12 +469,16 @@ func (a *Allocator) claimNew(ctx context.Context, w *want, preq *policy.PodReque
 	} else {
 		d, err := a.decide(ctx, w, preq, blocked)
 		if err != nil {
+			if len(have) > 0 {
+				a.log.Info("keeping the addresses the interface holds; the pool policy finds no pool for the rest", "pod", w.podKey(), "interface", w.holder.Interface, "err", err)
+				return nil, nil
+			}
 			return nil, err
 		}
-		if len(d.IPv4) > 0 {
+		if len(d.IPv4) > 0 && !have[policy.IPv4] {
 			plan = append(plan, famPlan{fam: policy.IPv4, cands: d.IPv4})
 		}
-		if len(d.IPv6) > 0 {
+		if len(d.IPv6) > 0 && !have[policy.IPv6] {
 			plan = append(plan, famPlan{fam: policy.IPv6, cands: d.IPv6})
 		}
 	}

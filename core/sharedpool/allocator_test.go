@@ -304,3 +304,54 @@ func TestMultipleInterfaces(t *testing.T) {
 	}
 	_ = k8s.ClaimName
 }
+
+// An agent killed between its IPv4 and IPv6 claims: the retry keeps the IPv4 claim and
+// completes the IPv6 one. And a repeat ADD still answers once every pool is full.
+func TestKilledBetweenFamiliesAndRepeatWhenFull(t *testing.T) {
+	cl := newCluster(t)
+	cl.pool("d4", "10.50.0.0/24", []string{"10.50.0.10-10.50.0.11"}, nil)
+	cl.pool("d6", "fd00:50::/64", []string{"fd00:50::10-fd00:50::11"}, nil)
+	kill := errors.New("SIGKILL")
+	claims := 0
+	n := cl.node("node-d", func(context.Context, *v1alpha1.AddressClaim) error {
+		claims++
+		if claims == 1 {
+			return kill // after the first family's claim
+		}
+		return nil
+	})
+	waitPool(t, "d4", n)
+	waitPool(t, "d6", n)
+	ctx := context.Background()
+	p := cl.pod("default", "dual", "node-d")
+	if _, err := n.a.Allocate(ctx, addReq(p, "c1", "eth0")); err == nil {
+		t.Fatal("the hook should have ended the ADD")
+	}
+	var list v1alpha1.AddressClaimList
+	if err := cl.c.List(ctx, &list); err != nil || len(list.Items) != 1 {
+		t.Fatalf("claims after the kill: %v %d", err, len(list.Items))
+	}
+	al, err := n.a.Allocate(ctx, addReq(p, "c2", "eth0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(al.IPs) != 2 {
+		t.Fatalf("retry should complete both families, got %+v", al.IPs)
+	}
+	// Fill both pools, then repeat the first pod's ADD.
+	q := cl.pod("default", "filler", "node-d")
+	if _, err := n.a.Allocate(ctx, addReq(q, "cq", "eth0")); err != nil {
+		t.Fatal(err)
+	}
+	r := cl.pod("default", "late", "node-d")
+	if _, err := n.a.Allocate(ctx, addReq(r, "cr", "eth0")); api.CodeOf(err) != api.CodeExhausted {
+		t.Fatalf("pools full: %v", err)
+	}
+	again, err := n.a.Allocate(ctx, addReq(p, "c2", "eth0"))
+	if err != nil || len(again.IPs) != 2 || again.IPs[0].Address != al.IPs[0].Address || again.IPs[1].Address != al.IPs[1].Address {
+		t.Fatalf("repeat ADD with full pools: %v %+v", err, again)
+	}
+	if len(cl.consistency(t)) != 4 {
+		t.Fatal("want 4 claims")
+	}
+}

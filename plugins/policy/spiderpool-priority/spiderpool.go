@@ -70,6 +70,13 @@ type source struct {
 
 // SelectPodPools implements policy.PoolPolicy.
 func (p *Policy) SelectPodPools(_ context.Context, req *policy.PodRequest) (policy.PodDecision, error) {
+	if req.CNI.MultusName == "" {
+		if name := multusNetwork(req.Pod.Annotations, req.CNI.IfName); name != "" {
+			r := *req
+			r.CNI.MultusName = name
+			req = &r
+		}
+	}
 	src, stop := p.pickSource(req)
 	if stop != nil {
 		return *stop, nil
