@@ -16,7 +16,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// Cluster views: read IPPools and AllotNodes from the API server (not from a daemon).
+// Cluster views: read IPPools and AllotNodes (and, in shared.go, SharedIPPools and
+// AddressClaims) from the API server, not from a daemon.
 
 // ClusterPoolRow is one pool family's blocks and usage on one node (allotctl cluster pools).
 type ClusterPoolRow struct {
@@ -108,6 +109,7 @@ func (o *options) clusterCommand() *cobra.Command {
 			}),
 		},
 	)
+	cmd.AddCommand(o.sharedCommands(run)...)
 	return cmd
 }
 

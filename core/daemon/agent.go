@@ -56,6 +56,11 @@ func NewAgent(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Age
 	if err := d.openBase(ctx); err != nil {
 		return nil, err
 	}
+	if cfg.Cluster.ENI.Enabled() && restCfg.QPS == 0 {
+		// ENI mode writes status.ipam.used as pods come and go (debounced): more than
+		// client-go's default 5 requests/s when a node starts many pods at once.
+		restCfg.QPS, restCfg.Burst = 20, 40
+	}
 	ag, err := agent.New(agent.Options{
 		NodeName:        cfg.Cluster.NodeName,
 		RESTConfig:      restCfg,

@@ -7,11 +7,16 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"sync/atomic"
 	"time"
 
 	"github.com/allot-ipam/allot/core/config"
+	"github.com/allot-ipam/allot/core/eni"
 	"github.com/allot-ipam/allot/core/operator"
+	"github.com/allot-ipam/allot/core/pluginhost"
+	cloudbackends "github.com/allot-ipam/allot/plugins/cloud"
+	"github.com/allot-ipam/allot/sdk/cloud"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -27,6 +32,8 @@ type OperatorDaemon struct {
 	httpLn net.Listener
 	leader atomic.Bool
 	ready  atomic.Bool
+	// closeBackend stops the ENI mode's cloud backend plugin, if one was started.
+	closeBackend func(context.Context) error
 }
 
 // NewOperator prepares allotd in operator mode.
@@ -53,13 +60,122 @@ func NewOperator(cfg *config.Config, log *slog.Logger) (*OperatorDaemon, error) 
 		RetryPeriod:       le.RetryPeriod,
 		Workers:           cfg.Cluster.Workers,
 		OnLeader:          func() { d.leader.Store(true) },
+		SharedPools:       sharedPoolOperatorOptions(cfg.Cluster.SharedPools),
+	}
+	if cfg.Cluster.ENI.Enabled() {
+		if err := d.setupENI(); err != nil {
+			return nil, err
+		}
 	}
 	if a := cfg.HTTP.Address; a != "" {
 		if d.httpLn, err = net.Listen("tcp", a); err != nil {
+			d.closeENIBackend()
 			return nil, fmt.Errorf("http.address: %w", err)
 		}
 	}
 	return d, nil
+}
+
+// setupENI turns on the operator's ENI mode: the cloud backend (a cloud-backend plugin of
+// plugins, else a built-in one configured in cloud.backends.<name>) and the engine's
+// configuration. Multi-pool is off in ENI mode: the node's pool is its cloud addresses.
+func (d *OperatorDaemon) setupENI() error {
+	e := d.cfg.Cluster.ENI
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var backend cloud.CloudBackend
+	if i := slices.IndexFunc(d.cfg.Plugins, func(p config.Plugin) bool { return p.Name == e.Backend }); i >= 0 {
+		l, err := pluginhost.Open(ctx, d.cfg.Plugins[i], d.log)
+		if err != nil {
+			return fmt.Errorf("cluster.eni.backend: plugins[%d]: %w", i, err)
+		}
+		if l.CloudBackend == nil {
+			_ = l.Close(ctx)
+			return fmt.Errorf("cluster.eni.backend: plugin %q is a %s, not a cloud-backend", e.Backend, l.Kind)
+		}
+		backend, d.closeBackend = l.CloudBackend, l.Close
+	} else {
+		if _, ok := cloudbackends.Lookup(e.Backend); !ok {
+			return fmt.Errorf("cluster.eni.backend: %q is neither a cloud-backend plugin of plugins nor a built-in backend (%s)", e.Backend, cloudbackends.Names())
+		}
+		b, err := cloudbackends.New(ctx, e.Backend, d.cfg.Cloud.Backends[e.Backend], d.log.With("component", "cloud", "backend", e.Backend))
+		if err != nil {
+			return fmt.Errorf("cloud.backends.%s: %w", e.Backend, err)
+		}
+		backend = b
+	}
+	ecfg := ENIEngineConfig(e)
+	if err := ecfg.Validate(); err != nil {
+		d.closeENIBackend()
+		return fmt.Errorf("cluster.eni: %w", err)
+	}
+	d.opts.ENI = &operator.ENIOptions{Backend: backend, Config: ecfg}
+	d.opts.DisableMultiPool = true
+	// A pass writes several nodes' objects (pool, interfaces, handshake); client-go's
+	// default of 5 requests/s would make a pass over 20 nodes last seconds.
+	if d.opts.RESTConfig.QPS == 0 {
+		d.opts.RESTConfig.QPS, d.opts.RESTConfig.Burst = ENIOperatorQPS, ENIOperatorBurst
+	}
+	return nil
+}
+
+func (d *OperatorDaemon) closeENIBackend() {
+	if d.closeBackend != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := d.closeBackend(ctx); err != nil {
+			d.log.Warn("stopping the cloud backend plugin", "err", err)
+		}
+		d.closeBackend = nil
+	}
+}
+
+// The operator's API client rate in ENI mode, unless the kubeconfig sets one.
+const (
+	ENIOperatorQPS   = 100
+	ENIOperatorBurst = 200
+)
+
+// ENIEngineConfig turns cluster.eni into the engine's configuration over its defaults.
+func ENIEngineConfig(e config.ClusterENI) eni.Config {
+	c := eni.DefaultConfig()
+	if e.PreAllocate != nil {
+		c.Params.PreAllocate = *e.PreAllocate
+	}
+	c.Params.MinAllocate = e.MinAllocate
+	c.Params.MaxAllocate = e.MaxAllocate
+	c.Params.MaxAboveWatermark = e.MaxAboveWatermark
+	c.FirstInterfaceIndex = e.FirstInterfaceIndex
+	c.SubnetIDs = e.SubnetIDs
+	c.SubnetTags = e.SubnetTags
+	c.SecurityGroups = e.SecurityGroups
+	if e.Description != "" {
+		c.Description = e.Description
+	}
+	c.Tags = e.Tags
+	if e.DeleteOnTermination != nil {
+		c.DeleteOnTermination = *e.DeleteOnTermination
+	}
+	if e.Release != nil {
+		c.Release = *e.Release
+	}
+	for _, f := range []struct {
+		dst *time.Duration
+		v   time.Duration
+	}{
+		{&c.ReleaseDelay, e.ReleaseDelay}, {&c.MinPassInterval, e.MinPassInterval}, {&c.ResyncInterval, e.ResyncInterval},
+	} {
+		if f.v > 0 {
+			*f.dst = f.v
+		}
+	}
+	if e.Workers > 0 {
+		c.Workers = e.Workers
+	}
+	if e.MaxStepsPerNode > 0 {
+		c.MaxStepsPerNode = e.MaxStepsPerNode
+	}
+	return c
 }
 
 // HTTPAddr is the address of the health and metrics listener, if any.
@@ -107,6 +223,7 @@ func (d *OperatorDaemon) Serve(ctx context.Context) error {
 		<-done
 	}
 	d.ready.Store(false)
+	d.closeENIBackend()
 	if srv != nil {
 		sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownGrace)
 		defer scancel()
@@ -134,4 +251,19 @@ func (d *OperatorDaemon) healthHandler() http.Handler {
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(d.reg, promhttp.HandlerOpts{Registry: d.reg}))
 	return mux
+}
+
+// sharedPoolOperatorOptions maps cluster.sharedPools.gc and .webhook to the operator's
+// shared-pool options.
+func sharedPoolOperatorOptions(sp config.SharedPools) operator.SharedPoolOptions {
+	o := operator.SharedPoolOptions{GCGrace: sp.GC.Grace, GCInterval: sp.GC.Interval}
+	if w := sp.Webhook; w.Enabled {
+		o.Webhook = operator.WebhookOptions{
+			Address: w.Address, CertDir: w.CertDir, Hosts: w.Hosts,
+			Register: w.Register, ConfigName: w.ConfigName, URL: w.URL,
+			ServiceNamespace: w.Service.Namespace, ServiceName: w.Service.Name, ServicePort: w.Service.Port,
+			FailurePolicy: w.FailurePolicy, TimeoutSeconds: w.TimeoutSeconds,
+		}
+	}
+	return o
 }

@@ -26,6 +26,12 @@ type NodeState struct {
 	Pending int
 	// Params overrides the configured watermarks for this node (nil: Config.Params).
 	Params *Params
+	// Per-node overrides of Config (nil / empty: the configuration's): the node object's
+	// spec.eni.first-interface-index, subnet-ids, subnet-tags and security-groups.
+	FirstInterfaceIndex *int
+	SubnetIDs           []string
+	SubnetTags          map[string]string
+	SecurityGroups      []string
 }
 
 // Publisher receives a node's pool after every change the engine made, so the operator can
@@ -62,6 +68,9 @@ type PassResult struct {
 	// Unfinished: some node still needs addresses and is not blocked (e.g. throttled), so the
 	// next pass should come soon.
 	Unfinished bool
+	// NextRelease is when the earliest excess address becomes due for marking (its release
+	// delay ends); zero if none waits. Run passes again then.
+	NextRelease time.Time
 }
 
 // Options are the engine's collaborators besides the backend.
@@ -138,6 +147,9 @@ func (e *Engine) UpsertNode(s NodeState) error {
 			return fmt.Errorf("eni: node %q: %w", s.Ref.Name, err)
 		}
 	}
+	if s.FirstInterfaceIndex != nil && *s.FirstInterfaceIndex < 0 {
+		return fmt.Errorf("eni: node %q: first-interface-index: %d is negative", s.Ref.Name, *s.FirstInterfaceIndex)
+	}
 	s.Used = append([]netip.Addr(nil), s.Used...)
 	e.mu.Lock()
 	n := e.nodes[s.Ref.Name]
@@ -206,9 +218,16 @@ func (e *Engine) Run(ctx context.Context) error {
 		}
 		last = time.Now()
 		res := e.Pass(ctx)
+		e.log.Debug("eni: pass", "took", time.Since(last), "nodes", res.Nodes, "worked", res.Worked, "allocated", res.Allocated,
+			"created", res.Created, "released", res.Released, "marked", res.Marked, "errors", res.Errors)
 		next := e.cfg.ResyncInterval
 		if res.Unfinished {
 			next = e.cfg.MinPassInterval
+		}
+		if !res.NextRelease.IsZero() {
+			// The release delay runs on Options.Now, the timer on the wall clock: with a
+			// test clock the wait is at least MinPassInterval.
+			next = min(next, max(res.NextRelease.Sub(e.opts.Now()), e.cfg.MinPassInterval, 10*time.Millisecond))
 		}
 		if !timer.Stop() {
 			select {
@@ -260,7 +279,7 @@ func (e *Engine) Pass(ctx context.Context) PassResult {
 		}
 		q.n.inv = &inv
 		p := e.params(q.state)
-		avail := Available(inv, e.cfg.FirstInterfaceIndex)
+		avail := Available(inv, e.first(q.state))
 		q.deficit = Deficit(NeededIPs(avail, len(q.state.Used), p), ExcessIPs(avail, len(q.state.Used), p))
 	})
 	order(items)
@@ -281,6 +300,9 @@ func (e *Engine) Pass(ctx context.Context) PassResult {
 			res.Worked++
 		}
 		res.Unfinished = res.Unfinished || r.Unfinished
+		if !r.NextRelease.IsZero() && (res.NextRelease.IsZero() || r.NextRelease.Before(res.NextRelease)) {
+			res.NextRelease = r.NextRelease
+		}
 	})
 	e.opts.Metrics.observePass(time.Since(start), items)
 	return res
@@ -323,6 +345,42 @@ func (e *Engine) params(s NodeState) Params {
 	return e.cfg.Params
 }
 
+// first is the node's first interface index: its own when it has one, else the config's.
+func (e *Engine) first(s NodeState) int {
+	if s.FirstInterfaceIndex != nil {
+		return *s.FirstInterfaceIndex
+	}
+	return e.cfg.FirstInterfaceIndex
+}
+
+// subnetRules are the node's subnet choices: its own IDs and tags when it has any (both
+// replace the configuration's together, so a node never mixes the two), else the config's.
+func (e *Engine) subnetRules(s NodeState) SubnetRules {
+	if len(s.SubnetIDs) > 0 || len(s.SubnetTags) > 0 {
+		return SubnetRules{IDs: s.SubnetIDs, Tags: s.SubnetTags}
+	}
+	return SubnetRules{IDs: e.cfg.SubnetIDs, Tags: e.cfg.SubnetTags}
+}
+
+func (e *Engine) securityGroups(s NodeState) []string {
+	if len(s.SecurityGroups) > 0 {
+		return s.SecurityGroups
+	}
+	return e.cfg.SecurityGroups
+}
+
+// Nodes returns the names of the nodes the engine knows, sorted.
+func (e *Engine) Nodes() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := make([]string, 0, len(e.nodes))
+	for n := range e.nodes {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
 // maintain handles one node: allocation while it needs addresses, else the release
 // handshake. It returns what it did (Worked > 0 if it did anything at all).
 func (e *Engine) maintain(ctx context.Context, q *queued) (r struct {
@@ -331,7 +389,7 @@ func (e *Engine) maintain(ctx context.Context, q *queued) (r struct {
 }) {
 	n, inv, s := q.n, q.n.inv, q.state
 	p := e.params(s)
-	first := e.cfg.FirstInterfaceIndex
+	first := e.first(s)
 	used := len(s.Used)
 	n.status = NodeStatus{Name: q.name, Used: used, Pending: s.Pending}
 	changed := false
@@ -386,7 +444,7 @@ func (e *Engine) maintain(ctx context.Context, q *queued) (r struct {
 			blocked = "interface limit reached and every interface is full"
 			break
 		}
-		sub, ok := PickSubnet(*inv, s.Ref.Zone, SubnetRules{IDs: e.cfg.SubnetIDs, Tags: e.cfg.SubnetTags}, 2)
+		sub, ok := PickSubnet(*inv, s.Ref.Zone, e.subnetRules(s), 2)
 		if !ok {
 			blocked = "no subnet with free addresses"
 			break
@@ -394,7 +452,7 @@ func (e *Engine) maintain(ctx context.Context, q *queued) (r struct {
 		steps++
 		count := min(want, FreeOnInterface(cloud.Interface{}, inv.Limits), int(min(sub.Free-1, uint64(unlimited))))
 		ifc, err := e.backend.CreateInterface(ctx, cloud.CreateInterfaceRequest{
-			Node: s.Ref, Index: idx, Subnet: sub.ID, SecurityGroups: e.cfg.SecurityGroups,
+			Node: s.Ref, Index: idx, Subnet: sub.ID, SecurityGroups: e.securityGroups(s),
 			Description: e.description(q.name), Tags: e.tags(q.name),
 			DeleteOnTermination: e.cfg.DeleteOnTermination, Family: cloud.IPv4, Count: count,
 		})
@@ -430,6 +488,7 @@ func (e *Engine) maintain(ctx context.Context, q *queued) (r struct {
 		rel := e.release(ctx, q, needed, excess)
 		r.Released += rel.released
 		r.Marked += rel.marked
+		r.NextRelease = rel.next
 		r.Errors += rel.errors
 		r.Worked += rel.worked
 		n.status.Releasing = rel.inFlight
@@ -482,6 +541,7 @@ func (e *Engine) tags(node string) map[string]string {
 
 type releaseResult struct {
 	released, marked, errors, worked, inFlight int
+	next                                       time.Time // earliest candidate due for marking
 }
 
 // release runs the operator's half of the handshake for one node. allowed is how many
@@ -506,7 +566,7 @@ func (e *Engine) release(ctx context.Context, q *queued, needed, excess int) (rr
 		inUse[a] = true
 	}
 	owner := map[netip.Addr]string{}
-	for _, ifc := range Eligible(*inv, e.cfg.FirstInterfaceIndex) {
+	for _, ifc := range Eligible(*inv, e.first(s)) {
 		for _, a := range ifc.Addresses {
 			owner[a] = ifc.ID
 		}
@@ -580,13 +640,16 @@ func (e *Engine) release(ctx context.Context, q *queued, needed, excess int) (rr
 			_, refused := n.refused[a]
 			return inUse[a] || inHS || refused
 		}
-		_, cands := PickRelease(*inv, e.cfg.FirstInterfaceIndex, busy, budget)
+		_, cands := PickRelease(*inv, e.first(s), busy, budget)
 		seen := map[netip.Addr]bool{}
 		for _, a := range cands {
 			seen[a] = true
 			since, ok := n.excessSince[a]
 			if !ok {
 				n.excessSince[a] = now
+				if due := now.Add(e.cfg.ReleaseDelay); rr.next.IsZero() || due.Before(rr.next) {
+					rr.next = due
+				}
 				continue
 			}
 			if now.Sub(since) >= e.cfg.ReleaseDelay {
@@ -594,6 +657,8 @@ func (e *Engine) release(ctx context.Context, q *queued, needed, excess int) (rr
 				delete(n.excessSince, a)
 				rr.marked++
 				rr.inFlight++
+			} else if due := since.Add(e.cfg.ReleaseDelay); rr.next.IsZero() || due.Before(rr.next) {
+				rr.next = due
 			}
 		}
 		for a := range n.excessSince {

@@ -170,6 +170,38 @@ func (m *Manager) AddCIDR(name string, c netip.Prefix) error {
 	return nil
 }
 
+// Addressing is how the addresses of one block are presented to pods: with prefix length
+// Bits and Gateway instead of the block's own. ENI mode adds each cloud address as a
+// single-address block and presents it with its subnet's prefix length and router.
+type Addressing struct {
+	Bits    int
+	Gateway netip.Addr
+}
+
+// AddCIDRWith is AddCIDR whose addresses are presented with ad (ad.Bits must not be longer
+// than the block's; the gateway, if set, of the block's family). Adding a block the pool
+// already has updates its addressing for later allocations.
+func (m *Manager) AddCIDRWith(name string, c netip.Prefix, ad Addressing) error {
+	if !c.IsValid() || ad.Bits < 0 || ad.Bits > c.Bits() {
+		return fmt.Errorf("ipam: pool %q: block %s: addressing prefix length %d must be between 0 and %d", name, c, ad.Bits, c.Bits())
+	}
+	if ad.Gateway.IsValid() && ad.Gateway.Is4() != c.Addr().Is4() {
+		return fmt.Errorf("ipam: pool %q: block %s: gateway %s is of another family", name, c, ad.Gateway)
+	}
+	if err := m.AddCIDR(name, c); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if p, ok := m.pools[poolKey{name, famOf(c.Addr())}]; ok {
+		if p.addressing == nil {
+			p.addressing = map[netip.Prefix]Addressing{}
+		}
+		p.addressing[c] = ad
+	}
+	return nil
+}
+
 // ErrBlockInUse: RemoveCIDR of a block with an address taken.
 var ErrBlockInUse = errors.New("block in use")
 
@@ -194,6 +226,7 @@ func (m *Manager) RemoveCIDR(name string, c netip.Prefix) error {
 		return fmt.Errorf("ipam: %w", err)
 	}
 	p.prefix = p.alloc.CIDRs()
+	delete(p.addressing, c)
 	m.log.Info("block removed", "pool", name, "cidr", c)
 	m.updatePoolMetricsLocked()
 	m.changedLocked()

@@ -86,6 +86,8 @@ type pool struct {
 	family  policy.Family
 	prefix  []netip.Prefix
 	gateway netip.Addr
+	// addressing overrides how addresses of one block are presented (AddCIDRWith).
+	addressing map[netip.Prefix]Addressing
 }
 
 type holding struct {
@@ -542,6 +544,9 @@ func (m *Manager) addressOf(p *pool, a netip.Addr) store.Address {
 	for _, pr := range p.prefix {
 		if pr.Contains(a) {
 			bits = pr.Bits()
+			if ad, ok := p.addressing[pr]; ok {
+				return store.Address{Pool: p.alloc.Name(), Prefix: netip.PrefixFrom(a, ad.Bits), Gateway: ad.Gateway}
+			}
 			break
 		}
 	}

@@ -44,6 +44,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/allot-ipam/allot/core/eni"
 	allotk8s "github.com/allot-ipam/allot/core/k8s"
 	nodelabels "github.com/allot-ipam/allot/plugins/policy/node-labels"
 	"github.com/allot-ipam/allot/sdk/policy"
@@ -85,6 +86,9 @@ type Options struct {
 	ClusterCIDRConfig bool
 	// NodePolicy chooses a node's ClusterCIDRConfig (default: the node-labels policy).
 	NodePolicy policy.PoolPolicy
+	// ENI, if set, turns on ENI mode: the ENI engine hands cloud addresses to AllotNodes
+	// (eni.go).
+	ENI *ENIOptions
 
 	// Leader election timing (defaults 15 s, 10 s, 2 s, as kube-controller-manager).
 	LeaseDuration time.Duration
@@ -94,6 +98,9 @@ type Options struct {
 	Workers int
 	// StatusDelay batches pool and config status writes (default 1 s).
 	StatusDelay time.Duration
+	// SharedPools configures SharedIPPool status, address garbage collection and the
+	// admission webhook (shared*.go, webhook*.go).
+	SharedPools SharedPoolOptions
 	// OnLeader, when set, is called each time this replica has rebuilt its state as leader
 	// (tests use it).
 	OnLeader func()
@@ -143,8 +150,16 @@ func (o *Options) defaults() error {
 	if o.StatusDelay <= 0 {
 		o.StatusDelay = DefaultStatusDelay
 	}
-	if o.DisableMultiPool && !o.ClusterCIDRConfig {
+	if err := o.SharedPools.defaults(); err != nil {
+		return err
+	}
+	if o.DisableMultiPool && !o.ClusterCIDRConfig && o.ENI == nil {
 		return errors.New("operator: DisableMultiPool and not ClusterCIDRConfig: nothing to do")
+	}
+	if o.ENI != nil {
+		if err := o.ENI.validate(); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -164,8 +179,19 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
+	if opts.ENI != nil {
+		e := *opts.ENI
+		e.metrics = eni.NewMetrics(opts.Registry)
+		opts.ENI = &e
+	}
 	log := opts.Logger.With("component", "operator", "identity", opts.Identity)
 	setCRLogger.Do(func() { ctrllog.SetLogger(logr.FromSlogHandler(opts.Logger.Handler())) })
+	// The admission webhook serves on every replica for the whole run, not per term.
+	stopWebhook, err := startWebhook(ctx, &opts, log)
+	if err != nil {
+		return err
+	}
+	defer stopWebhook()
 	backoff := opts.RetryPeriod
 	for {
 		start := time.Now()
@@ -212,7 +238,7 @@ func runTerm(ctx context.Context, o *Options, m *metrics, log *slog.Logger) erro
 		Metrics:                             metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress:              "0",
 		Controller:                          ctrlconfig.Controller{SkipNameValidation: &skip},
-		Cache:                               cache.Options{DefaultTransform: cache.TransformStripManagedFields()},
+		Cache:                               cache.Options{DefaultTransform: cache.TransformStripManagedFields(), ByObject: sharedCacheByObject()},
 		Client:                              client.Options{FieldOwner: fieldManager},
 	})
 	if err != nil {
@@ -252,6 +278,10 @@ type operator struct {
 	configDirty *dirtySet
 	nodeKick    *dirtySet // AllotNodes to re-queue
 	k8sNodeKick *dirtySet // Nodes to re-queue
+
+	eni *eniMode // ENI mode (eni.go), nil when off
+
+	shared *sharedState // shared pools (shared*.go), nil when off
 }
 
 func (op *operator) setup(mgr manager.Manager) error {
@@ -286,7 +316,12 @@ func (op *operator) setup(mgr manager.Manager) error {
 			return fmt.Errorf("operator: ClusterCIDRConfig controllers: %w", err)
 		}
 	}
-	return nil
+	if op.opts.ENI != nil {
+		if err := op.setupENI(mgr); err != nil {
+			return fmt.Errorf("operator: ENI controllers: %w", err)
+		}
+	}
+	return op.setupShared(mgr)
 }
 
 // lead runs once this replica holds the Lease: rebuild the state from the API server, then

@@ -1,0 +1,342 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/allot-ipam/allot/core/eni"
+	"github.com/allot-ipam/allot/core/eni/eninode"
+	"github.com/allot-ipam/allot/core/ipam"
+	"github.com/allot-ipam/allot/core/k8s/apis/allot/v1alpha1"
+	"github.com/allot-ipam/allot/sdk/policy"
+)
+
+// ENI mode.
+//
+// The operator's ENI engine puts cloud addresses in spec.ipam.pool; the agent serves them
+// as one local pool (ENIOptions.Pool), each address a single-address block of the dynamic
+// pools, presented to pods with its subnet's prefix length and router when status.eni
+// names the subnet. The agent reports status.ipam.used (with owners) and pending, and
+// writes spec.eni (instance, type, zone, per-node overrides).
+//
+// The release handshake, agent side: for an address marked-for-release the agent first
+// removes its block from the local allocator — refused while a pod holds the address,
+// and once it succeeds nothing can hand the address out — and only then answers
+// ready-for-release (eni.AgentAnswer, inUse = the removal was refused: do-not-release). An
+// address in any reserved state (eni.Reserved) is never added back; a released entry is
+// dropped only once the address has left spec.ipam.pool, so an address the cloud no longer
+// assigns to this node can never be handed out again from a lagging pool.
+
+// ENIOptions turn on ENI mode.
+type ENIOptions struct {
+	// Pool is the local pool the addresses form (the name pool policies choose; default
+	// "default").
+	Pool string
+	// Spec is what the agent writes in spec.eni: the instance, its type and zone, and
+	// per-node overrides of the operator's configuration.
+	Spec v1alpha1.NodeENISpec
+	// HostRoutes presents every address as a host address (/32, /128) without gateway,
+	// instead of with its subnet's prefix length and router.
+	HostRoutes bool
+}
+
+// DefaultENIPool is the local pool of ENI mode when none is configured.
+const DefaultENIPool = "default"
+
+func (o *ENIOptions) pool() string {
+	if o.Pool == "" {
+		return DefaultENIPool
+	}
+	return o.Pool
+}
+
+func (a *Agent) eniClients() eninode.Clients {
+	return eninode.Clients{Live: a.live, Writer: a.live, Cached: a.cache}
+}
+
+// syncENI is the node loop's pass in ENI mode.
+func (a *Agent) syncENI(ctx context.Context) error {
+	m := a.m.Load()
+	o := a.opts.ENI
+	pool := o.pool()
+	node := &v1alpha1.AllotNode{}
+	err := a.cache.Get(ctx, types.NamespacedName{Name: a.opts.NodeName}, node)
+	if apierrors.IsNotFound(err) {
+		return a.createENINode(ctx)
+	}
+	if err != nil {
+		return fmt.Errorf("agent: read AllotNode %s: %w", a.opts.NodeName, err)
+	}
+
+	// spec.eni: ours.
+	if !equality.Semantic.DeepEqual(node.Spec.ENI, &o.Spec) {
+		want := o.Spec.DeepCopy()
+		err := eninode.UpdateSpec(ctx, a.eniClients(), a.opts.NodeName, func(n *v1alpha1.AllotNode) bool {
+			if equality.Semantic.DeepEqual(n.Spec.ENI, want) {
+				return false
+			}
+			n.Spec.ENI = want
+			return true
+		})
+		a.metrics.writes.WithLabelValues("spec", resultOf(err)).Inc()
+		if err != nil {
+			return fmt.Errorf("agent: write spec.eni: %w", err)
+		}
+	}
+
+	addrs, bad := eninode.Pool(node)
+	for _, b := range bad {
+		a.reportOnce("bad pool entry "+b, "spec.ipam.pool holds a key that is not an IP address; ignored", "entry", b)
+	}
+	addressing := a.eniAddressing(node)
+	states := eninode.States(node)
+	for _, fam := range families4and6(addrs) {
+		if err := m.EnsurePool(pool, fam); err != nil {
+			return fmt.Errorf("agent: pool %q: %w", pool, err)
+		}
+	}
+	if len(addrs) == 0 {
+		_ = m.EnsurePool(pool, policy.IPv4) // so ADDs wait for addresses instead of failing
+	}
+
+	// Handshake: take every address the operator wants back out of the allocator first.
+	held := map[netip.Addr]bool{} // the removal was refused: a pod holds it
+	for _, ad := range sortedAddrKeys(states) {
+		if !eni.Reserved(states[ad]) {
+			continue
+		}
+		if err := m.RemoveCIDR(pool, hostPrefix(ad)); err != nil {
+			held[ad] = true
+			if !errors.Is(err, ipam.ErrBlockInUse) {
+				a.log.Warn("address marked for release could not be taken out of the pool", "addr", ad, "err", err)
+			}
+		}
+	}
+	answers := eni.AgentAnswer(states, func(ad netip.Addr) bool { return held[ad] })
+	kept := answers[:0]
+	for _, t := range answers {
+		if t.From == eni.StateReleased {
+			if _, still := addrs[t.Addr]; still {
+				continue // dropped once the address has left spec.ipam.pool
+			}
+		}
+		kept = append(kept, t)
+	}
+	answers = kept
+
+	// The pool: every address not in the handshake (do-not-release stays in service).
+	for _, ad := range sortedAddrKeys(addrs) {
+		if eni.Reserved(states[ad]) {
+			continue
+		}
+		var err error
+		ad2, known := addressing[addrs[ad]]
+		switch {
+		case o.HostRoutes:
+			err = m.AddCIDR(pool, hostPrefix(ad))
+		case !known:
+			// The operator writes status.eni before the pool; an interface it does not list
+			// yet is served once it does, so no pod gets an address without its subnet.
+			a.reportOnce("unknown interface "+addrs[ad], "spec.ipam.pool names an interface status.eni does not list yet; its addresses wait", "interface", addrs[ad])
+			continue
+		case ad2.Bits > 0 && ad2.Bits <= ad.BitLen():
+			err = m.AddCIDRWith(pool, hostPrefix(ad), ad2)
+		default:
+			err = m.AddCIDR(pool, hostPrefix(ad))
+		}
+		if err != nil {
+			a.reportOnce("add "+ad.String(), "address of spec.ipam.pool refused", "addr", ad, "err", err)
+		}
+	}
+	// Addresses that left the pool without the handshake (the cloud lost them): out, unless
+	// a pod holds one (kept, and reported, until it is released).
+	for _, u := range m.Usage() {
+		if u.Name != pool {
+			continue
+		}
+		for _, c := range u.CIDRs {
+			ad := c.Prefix.Addr()
+			if _, ok := addrs[ad]; ok && !eni.Reserved(states[ad]) {
+				continue
+			}
+			if err := m.RemoveCIDR(pool, c.Prefix); err != nil {
+				a.reportOnce("lost "+ad.String(), "an address in use left spec.ipam.pool; kept until its pod releases it", "addr", ad, "err", err)
+			}
+		}
+	}
+
+	// Status: handshake answers, used and pending, in one write.
+	used, pending, err := a.eniUsage(ctx, m, pool)
+	if err != nil {
+		return err
+	}
+	if len(answers) == 0 && equalUsed(node.Status.IPAM.Used, used) && node.Status.IPAM.Pending == pending {
+		return nil
+	}
+	var rejected []eni.Transition
+	err = eninode.UpdateStatus(ctx, a.eniClients(), a.opts.NodeName, func(n *v1alpha1.AllotNode) bool {
+		changed := false
+		if len(answers) > 0 {
+			var rs map[string]v1alpha1.ReleaseState
+			rs, rejected = eninode.ApplyTransitions(cloneReleaseIPs(n.Status.IPAM.ReleaseIPs), answers)
+			if len(rejected) < len(answers) {
+				n.Status.IPAM.ReleaseIPs = rs
+				changed = true
+			}
+		}
+		if !equalUsed(n.Status.IPAM.Used, used) || n.Status.IPAM.Pending != pending {
+			n.Status.IPAM.Used, n.Status.IPAM.Pending = used, pending
+			changed = true
+		}
+		return changed
+	})
+	a.metrics.writes.WithLabelValues("status", resultOf(err)).Inc()
+	if err != nil {
+		return fmt.Errorf("agent: write status.ipam: %w", err)
+	}
+	for _, t := range rejected {
+		a.log.Debug("handshake entry moved meanwhile", "transition", t.String())
+	}
+	for _, t := range answers {
+		if t.To == eni.StateReady {
+			a.log.Info("address ready for release", "addr", t.Addr)
+		}
+	}
+	return nil
+}
+
+// eniAddressing maps each interface of status.eni to how its addresses are presented: the
+// subnet's prefix length and its router (the subnet's first host address, as in a VPC), or
+// the zero value (host addresses) when the subnet is not given.
+func (a *Agent) eniAddressing(node *v1alpha1.AllotNode) map[string]ipam.Addressing {
+	out := map[string]ipam.Addressing{}
+	if node.Status.ENI == nil {
+		return out
+	}
+	for _, ifc := range node.Status.ENI.Interfaces {
+		p, err := netip.ParsePrefix(ifc.SubnetCIDR)
+		if err != nil || p != p.Masked() {
+			out[ifc.ID] = ipam.Addressing{} // known, no subnet: served as host addresses
+			continue
+		}
+		ad := ipam.Addressing{Bits: p.Bits()}
+		if hb := p.Addr().BitLen() - p.Bits(); hb >= 2 {
+			ad.Gateway = p.Addr().Next()
+		}
+		out[ifc.ID] = ad
+	}
+	return out
+}
+
+// eniUsage is status.ipam.used (addresses of the pool held, with their pod) and pending.
+func (a *Agent) eniUsage(ctx context.Context, m *ipam.Manager, pool string) (map[string]v1alpha1.UsedAddress, int32, error) {
+	allocs, err := m.Allocations(ctx)
+	if err != nil {
+		return nil, 0, fmt.Errorf("agent: allocations: %w", err)
+	}
+	used := map[string]v1alpha1.UsedAddress{}
+	for _, al := range allocs {
+		for _, ip := range al.IPs {
+			if ip.Pool != pool {
+				continue
+			}
+			p, err := netip.ParsePrefix(ip.Address)
+			if err != nil {
+				continue
+			}
+			used[p.Addr().String()] = v1alpha1.UsedAddress{Owner: eninode.Owner(al.Pod.Namespace, al.Pod.Name, al.Owner.String())}
+		}
+	}
+	if len(used) == 0 {
+		used = nil
+	}
+	var pending int32
+	for _, u := range m.Usage() {
+		if u.Name == pool {
+			pending += int32(u.Pending)
+		}
+	}
+	return used, pending, nil
+}
+
+// createENINode creates the node's AllotNode with spec.eni, owned by the Node when it exists.
+func (a *Agent) createENINode(ctx context.Context) error {
+	node := &v1alpha1.AllotNode{ObjectMeta: metav1.ObjectMeta{Name: a.opts.NodeName}}
+	node.Spec.ENI = a.opts.ENI.Spec.DeepCopy()
+	var n corev1.Node
+	if err := a.liveGet(ctx, types.NamespacedName{Name: a.opts.NodeName}, &n); err == nil {
+		node.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: n.Name, UID: n.UID}}
+	}
+	err := a.live.Create(ctx, node)
+	a.metrics.writes.WithLabelValues("create", resultOf(err)).Inc()
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("agent: create AllotNode %s: %w", a.opts.NodeName, err)
+	}
+	a.log.Info("AllotNode created (ENI mode)", "node", a.opts.NodeName, "instance", node.Spec.ENI.InstanceID)
+	return nil
+}
+
+func hostPrefix(a netip.Addr) netip.Prefix { return netip.PrefixFrom(a, a.BitLen()) }
+
+func families4and6(addrs map[netip.Addr]string) []policy.Family {
+	var v4, v6 bool
+	for a := range addrs {
+		if a.Is4() {
+			v4 = true
+		} else {
+			v6 = true
+		}
+	}
+	var out []policy.Family
+	if v4 {
+		out = append(out, policy.IPv4)
+	}
+	if v6 {
+		out = append(out, policy.IPv6)
+	}
+	return out
+}
+
+func sortedAddrKeys[V any](m map[netip.Addr]V) []netip.Addr {
+	out := make([]netip.Addr, 0, len(m))
+	for a := range m {
+		out = append(out, a)
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return out
+}
+
+func equalUsed(a, b map[string]v1alpha1.UsedAddress) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
+
+func cloneReleaseIPs(m map[string]v1alpha1.ReleaseState) map[string]v1alpha1.ReleaseState {
+	out := make(map[string]v1alpha1.ReleaseState, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// ENIPool returns the addresses of spec.ipam.pool, sorted (tests, allotctl).
+func ENIPool(n *v1alpha1.AllotNode) []netip.Addr {
+	m, _ := eninode.Pool(n)
+	return sortedAddrKeys(m)
+}

@@ -1,0 +1,50 @@
+package config
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestClusterENI(t *testing.T) {
+	c, err := load(writeFile(t, `mode: agent
+cluster:
+  nodeName: n
+  eni:
+    backend: aws-eni
+    preAllocate: 4
+    maxAboveWatermark: 2
+    subnetTags: {role: pods}
+    releaseDelay: 30s
+    node: {instanceID: i-0abc, instanceType: m5.large, zone: us-east-1a, minAllocate: 10}
+`), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := c.Cluster.ENI
+	if !e.Enabled() || *e.PreAllocate != 4 || e.MaxAboveWatermark != 2 || e.SubnetTags["role"] != "pods" || e.Node.InstanceID != "i-0abc" || *e.Node.MinAllocate != 10 {
+		t.Fatalf("eni %+v", e)
+	}
+	c, err = load(writeFile(t, "mode: agent\ncluster: {nodeName: n}\n"), nil, nil)
+	if err != nil || c.Cluster.ENI.Enabled() {
+		t.Fatalf("ENI mode must be off by default: %+v %v", c.Cluster.ENI, err)
+	}
+}
+
+func TestClusterENIValidationNamesTheField(t *testing.T) {
+	for _, tc := range []struct{ name, body, want string }{
+		{"negative", "mode: operator\ncluster: {eni: {backend: aws-eni, preAllocate: -1}}\n", "cluster.eni.preAllocate: -1 must be between 0 and 4096"},
+		{"min above max", "mode: operator\ncluster: {eni: {backend: aws-eni, minAllocate: 9, maxAllocate: 4}}\n", "cluster.eni.minAllocate: 9 is above maxAllocate 4"},
+		{"index", "mode: operator\ncluster: {eni: {backend: aws-eni, firstInterfaceIndex: 99}}\n", "cluster.eni.firstInterfaceIndex: 99 must be between 0 and 64"},
+		{"duration", "mode: operator\ncluster: {eni: {backend: aws-eni, releaseDelay: -1s}}\n", "cluster.eni.releaseDelay: -1s must be between 0 and 24h"},
+		{"subnet id", "mode: operator\ncluster: {eni: {backend: aws-eni, subnetIDs: ['']}}\n", "cluster.eni.subnetIDs[0]: empty"},
+		{"node override", "mode: agent\ncluster: {nodeName: n, eni: {backend: aws-eni, node: {maxAllocate: 5000}}}\n", "cluster.eni.node.maxAllocate: 5000 must be between 0 and 4096"},
+		{"pool", "mode: agent\ncluster: {nodeName: n, eni: {backend: aws-eni, pool: Bad_Pool}}\n", `cluster.eni.pool: "Bad_Pool" is not a valid pool name`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := load(writeFile(t, tc.body), nil, nil)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, want %q", err, tc.want)
+			}
+		})
+	}
+}

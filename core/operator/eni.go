@@ -1,0 +1,262 @@
+package operator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/allot-ipam/allot/core/eni"
+	"github.com/allot-ipam/allot/core/eni/eninode"
+	allotv1 "github.com/allot-ipam/allot/core/k8s/apis/allot/v1alpha1"
+	"github.com/allot-ipam/allot/sdk/cloud"
+)
+
+// ENI mode: the leader runs the ENI engine (core/eni) over a cloud backend. Nodes come from
+// AllotNodes (spec.eni, status.ipam.used/pending) completed by their Node (spec.providerID,
+// instance-type and zone labels); the engine's pools go to spec.ipam.pool and status.eni
+// (eninode.Publisher) and the release handshake runs through status.ipam.releaseIPs
+// (eninode.Handshake, operator transitions only). Each term builds a new engine, which reads
+// every node's interfaces from the cloud on its first pass: a restarted or newly elected
+// operator resumes from the cloud's state, never from memory. A deleted Node has its
+// AllotNode deleted (as Cilium's operator deletes the CiliumNode) and leaves the engine; its
+// ENIs stay with the instance.
+
+// Node labels the operator falls back on when the agent did not fill spec.eni.
+const (
+	LabelInstanceType     = "node.kubernetes.io/instance-type"
+	LabelInstanceTypeBeta = "beta.kubernetes.io/instance-type"
+	LabelZone             = "topology.kubernetes.io/zone"
+	LabelZoneBeta         = "failure-domain.beta.kubernetes.io/zone"
+)
+
+// ENIOptions turn on ENI mode.
+type ENIOptions struct {
+	// Backend is the cloud backend (built in, or a go-plugin process); required.
+	Backend cloud.CloudBackend
+	// Config is the engine's configuration (eni.DefaultConfig documents the defaults).
+	Config eni.Config
+	// Now is the engine's clock (tests; default time.Now).
+	Now func() time.Time
+	// OnEngine, if set, is called with each term's engine once it runs (tests).
+	OnEngine func(*eni.Engine)
+
+	metrics *eni.Metrics // registered once per Run, shared by the terms
+}
+
+func (o *ENIOptions) validate() error {
+	if o.Backend == nil {
+		return errors.New("operator: ENI.Backend: must be set")
+	}
+	if err := o.Config.Validate(); err != nil {
+		return fmt.Errorf("operator: ENI.Config: %w", err)
+	}
+	return nil
+}
+
+// eniMode is one term's ENI engine and what it knows of the nodes.
+type eniMode struct {
+	engine *eni.Engine
+	mu     sync.Mutex
+	last   map[string]eni.NodeState // last state handed to the engine, per node
+	lastHS map[string]string        // last handshake answers seen, per node
+}
+
+func (op *operator) setupENI(mgr ctrl.Manager) error {
+	o := op.opts.ENI
+	clients := eninode.Clients{Live: mgr.GetAPIReader(), Writer: mgr.GetClient(), Cached: mgr.GetClient()}
+	e, err := eni.New(o.Backend, o.Config, eni.Options{
+		Handshake: eni.Checked(eninode.Handshake{Clients: clients}, eni.OperatorMayApply, "operator"),
+		Publisher: eninode.Publisher{Clients: clients},
+		Logger:    op.log.With("component", "eni"),
+		Now:       o.Now,
+		Metrics:   o.metrics,
+	})
+	if err != nil {
+		return fmt.Errorf("eni: %w", err)
+	}
+	op.eni = &eniMode{engine: e, last: map[string]eni.NodeState{}, lastHS: map[string]string{}}
+	if err := mgr.Add(manager.RunnableFunc(op.runENI)); err != nil {
+		return err
+	}
+	toName := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, obj client.Object) []reconcile.Request {
+		return []reconcile.Request{{NamespacedName: nameKey(obj.GetName())}}
+	})
+	return ctrl.NewControllerManagedBy(mgr).Named("allot-eni-node").
+		For(&allotv1.AllotNode{}).
+		Watches(&corev1.Node{}, toName).
+		WithOptions(controller.Options{MaxConcurrentReconciles: op.opts.Workers}).
+		Complete(quiet(op.reconcileENINode))
+}
+
+// runENI runs the engine while this replica leads, once the state is rebuilt.
+func (op *operator) runENI(ctx context.Context) error {
+	if err := op.waitReady(ctx); err != nil {
+		return nil
+	}
+	if op.opts.ENI.OnEngine != nil {
+		op.opts.ENI.OnEngine(op.eni.engine)
+	}
+	op.log.Info("ENI engine running", "nodes", len(op.eni.engine.Nodes()))
+	if err := op.eni.engine.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return nil
+}
+
+// reconcileENINode hands one node's state to the engine, or removes the node: its AllotNode
+// is gone, or its Node is (then the AllotNode is deleted too).
+func (op *operator) reconcileENINode(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	if err := op.waitReady(ctx); err != nil {
+		return reconcile.Result{}, err
+	}
+	name := req.Name
+	var an allotv1.AllotNode
+	if err := op.client.Get(ctx, req.NamespacedName, &an); err != nil {
+		if apierrors.IsNotFound(err) {
+			op.forgetENINode(name)
+			return reconcile.Result{}, nil
+		}
+		return reconcile.Result{}, err
+	}
+	var node corev1.Node
+	nodeErr := op.client.Get(ctx, req.NamespacedName, &node)
+	if nodeErr != nil && !apierrors.IsNotFound(nodeErr) {
+		return reconcile.Result{}, nodeErr
+	}
+	nodeGone := apierrors.IsNotFound(nodeErr) || node.DeletionTimestamp != nil
+	if nodeGone && ownedByNode(&an) {
+		// The Node is gone (its informer says so; confirm with the API server before
+		// deleting: a new Node of the same name may just not be cached yet).
+		var live corev1.Node
+		err := op.reader.Get(ctx, req.NamespacedName, &live)
+		switch {
+		case err == nil && live.DeletionTimestamp == nil:
+			return reconcile.Result{RequeueAfter: time.Second}, nil
+		case err != nil && !apierrors.IsNotFound(err):
+			return reconcile.Result{}, err
+		}
+		uid := an.UID
+		if err := op.client.Delete(ctx, &an, &client.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}}); err != nil && !apierrors.IsNotFound(err) {
+			return reconcile.Result{}, fmt.Errorf("delete AllotNode %s of deleted Node: %w", name, err)
+		}
+		op.forgetENINode(name)
+		op.log.Info("Node deleted; AllotNode deleted (its ENIs stay with the instance)", "node", name)
+		return reconcile.Result{}, nil
+	}
+	s := eniNodeState(&an, &node, op.opts.ENI.Config.Params)
+	hs := answers(&an)
+	m := op.eni
+	m.mu.Lock()
+	prev, known := m.last[name]
+	same := known && reflect.DeepEqual(prev, s)
+	if !same {
+		m.last[name] = s
+	}
+	answered := m.lastHS[name] != hs
+	m.lastHS[name] = hs
+	m.mu.Unlock()
+	if same {
+		if answered && hs != "" {
+			m.engine.Trigger() // the agent answered the handshake: carry on now
+		}
+		return reconcile.Result{}, nil
+	}
+	if err := m.engine.UpsertNode(s); err != nil {
+		// Bad overrides in spec.eni (the CRD bounds them; min above max is what is left).
+		op.event(&an, corev1.EventTypeWarning, "InvalidENISpec", "Allocate", "%v", err)
+		m.mu.Lock()
+		delete(m.last, name)
+		m.mu.Unlock()
+		return reconcile.Result{}, nil
+	}
+	return reconcile.Result{}, nil
+}
+
+// answers fingerprints the agent's side of the node's handshake (entries it answered or
+// dropped), so an answer wakes the engine at once instead of at its next resync.
+func answers(an *allotv1.AllotNode) string {
+	var b strings.Builder
+	for _, k := range slices.Sorted(maps.Keys(an.Status.IPAM.ReleaseIPs)) {
+		if st := eni.ReleaseState(an.Status.IPAM.ReleaseIPs[k]); st == eni.StateReady || st == eni.StateDoNotRelease || st == eni.StateReleased {
+			b.WriteString(k + "=" + string(st) + ";")
+		}
+	}
+	return b.String()
+}
+
+func (op *operator) forgetENINode(name string) {
+	m := op.eni
+	m.mu.Lock()
+	delete(m.last, name)
+	delete(m.lastHS, name)
+	m.mu.Unlock()
+	m.engine.DeleteNode(name)
+}
+
+// ownedByNode: the agent made the Node the AllotNode's owner (it does when the Node exists),
+// so the AllotNode belongs to that Node's lifetime.
+func ownedByNode(an *allotv1.AllotNode) bool {
+	for _, r := range an.OwnerReferences {
+		if r.Kind == "Node" && r.APIVersion == "v1" {
+			return true
+		}
+	}
+	return false
+}
+
+// eniNodeState builds the engine's view of a node from its AllotNode and Node (node may be
+// empty when the Node does not exist).
+func eniNodeState(an *allotv1.AllotNode, node *corev1.Node, def eni.Params) eni.NodeState {
+	spec := an.Spec.ENI
+	ref := cloud.NodeRef{Name: an.Name, ProviderID: eninode.ProviderID(node.Spec.ProviderID, spec)}
+	if spec != nil {
+		ref.InstanceType, ref.Zone = spec.InstanceType, spec.Zone
+	}
+	if ref.InstanceType == "" {
+		ref.InstanceType = firstLabel(node.Labels, LabelInstanceType, LabelInstanceTypeBeta)
+	}
+	if ref.Zone == "" {
+		ref.Zone = firstLabel(node.Labels, LabelZone, LabelZoneBeta)
+	}
+	s := eni.NodeState{
+		Ref:     ref,
+		Used:    eninode.Used(an),
+		Pending: int(max(an.Status.IPAM.Pending, 0)),
+		Params:  eninode.Params(spec, def),
+	}
+	if spec != nil {
+		if spec.FirstInterfaceIndex != nil {
+			v := int(*spec.FirstInterfaceIndex)
+			s.FirstInterfaceIndex = &v
+		}
+		s.SubnetIDs = spec.SubnetIDs
+		s.SubnetTags = spec.SubnetTags
+		s.SecurityGroups = spec.SecurityGroups
+	}
+	return s
+}
+
+func firstLabel(labels map[string]string, keys ...string) string {
+	for _, k := range keys {
+		if v := labels[k]; v != "" {
+			return v
+		}
+	}
+	return ""
+}

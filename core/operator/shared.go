@@ -1,0 +1,236 @@
+package operator
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	allotv1 "github.com/allot-ipam/allot/core/k8s/apis/allot/v1alpha1"
+)
+
+// Shared pools (SharedIPPool, AddressClaim, AllotEndpoint, ReservedIP): the operator keeps each
+// pool's status and finalizer (shared_status.go), frees the claims and endpoints of pods that
+// are gone (shared_gc.go), and serves the admission webhook that refuses conflicting pools
+// (webhook*.go). Agents allocate on their own (core/sharedpool); nothing here is on the
+// allocation path.
+
+// Shared-pool defaults.
+const (
+	DefaultSharedGCGrace = 30 * time.Second
+	// maxSharedGCInterval bounds the scan period derived from the grace.
+	maxSharedGCInterval = 10 * time.Second
+)
+
+// SharedPoolOptions configure the shared-pool side of the operator.
+type SharedPoolOptions struct {
+	// Disable turns the shared-pool controllers off. When not disabled they run only if the
+	// API server serves allot.io/v1alpha1 sharedippools (the CRDs are installed), checked
+	// when a term starts.
+	Disable bool
+	// GCGrace is how long a claim or endpoint must stay stale, unchanged, before the
+	// collector frees it (default 30 s). A change of the object restarts the wait.
+	GCGrace time.Duration
+	// GCInterval is how often the collector scans (default GCGrace/3, at most 10 s).
+	GCInterval time.Duration
+	// Webhook is the admission webhook (off unless Webhook.Address is set). It runs on every
+	// replica, leader or not, so a standby answers too.
+	Webhook WebhookOptions
+}
+
+func (o *SharedPoolOptions) defaults() error {
+	if o.GCGrace < 0 {
+		return fmt.Errorf("operator: SharedPools.GCGrace: %v must not be negative", o.GCGrace)
+	}
+	if o.GCGrace == 0 {
+		o.GCGrace = DefaultSharedGCGrace
+	}
+	if o.GCInterval < 0 {
+		return fmt.Errorf("operator: SharedPools.GCInterval: %v must not be negative", o.GCInterval)
+	}
+	if o.GCInterval == 0 {
+		o.GCInterval = min(max(o.GCGrace/3, 10*time.Millisecond), maxSharedGCInterval)
+	}
+	return o.Webhook.defaults()
+}
+
+// sharedCRDsInstalled asks the API server whether it serves SharedIPPool and the other
+// shared-pool kinds. A missing group is "no"; any other error is returned.
+func sharedCRDsInstalled(cfg *rest.Config) (bool, error) {
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return false, err
+	}
+	list, err := dc.ServerResourcesForGroupVersion(allotv1.SchemeGroupVersion.String())
+	if err != nil {
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		return false, err
+	}
+	want := map[string]bool{"sharedippools": false, "addressclaims": false, "allotendpoints": false, "reservedips": false}
+	for _, r := range list.APIResources {
+		if _, ok := want[r.Name]; ok {
+			want[r.Name] = true
+		}
+	}
+	for _, ok := range want {
+		if !ok {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// sharedCacheByObject trims cached Pods to what the collector reads (identity, owners, node,
+// phase): the operator caches every Pod of the cluster only for this.
+func sharedCacheByObject() map[client.Object]cache.ByObject {
+	return map[client.Object]cache.ByObject{
+		&corev1.Pod{}: {Transform: func(obj any) (any, error) {
+			p, ok := obj.(*corev1.Pod)
+			if !ok {
+				return obj, nil
+			}
+			out := &corev1.Pod{TypeMeta: p.TypeMeta}
+			out.ObjectMeta = *p.ObjectMeta.DeepCopy()
+			out.ManagedFields = nil
+			out.Annotations = nil
+			out.Spec.NodeName = p.Spec.NodeName
+			out.Status.Phase = p.Status.Phase
+			return out, nil
+		}},
+	}
+}
+
+// setupShared adds the shared-pool controllers and the collector to this term's manager.
+func (op *operator) setupShared(mgr ctrl.Manager) error {
+	if op.opts.SharedPools.Disable {
+		return nil
+	}
+	ok, err := sharedCRDsInstalled(op.opts.RESTConfig)
+	if err != nil {
+		return fmt.Errorf("operator: shared pools: discovery: %w", err)
+	}
+	if !ok {
+		op.log.Info("shared pools: CRDs not installed; SharedIPPool status and address GC are off")
+		return nil
+	}
+	sm, err := newSharedMetrics(op.opts.Registry)
+	if err != nil {
+		return err
+	}
+	op.shared = &sharedState{m: sm, lastFP: map[string]string{}}
+	if err := op.setupSharedStatus(mgr); err != nil {
+		return fmt.Errorf("operator: shared pool controller: %w", err)
+	}
+	gc := newSharedGC(op)
+	return mgr.Add(gc)
+}
+
+// sharedState is one term's shared-pool state.
+type sharedState struct {
+	m     *sharedMetrics
+	dirty *dirtySet // pools whose status to recompute (batched by StatusDelay)
+	// lastFP fingerprints each pool's last written status, so a reconcile on a cache that
+	// has not seen the write yet does not write (and conflict) again. Guarded by op.statusMu.
+	lastFP map[string]string
+}
+
+// sharedMetrics are the shared-pool series.
+type sharedMetrics struct {
+	claimsFreed    *prometheus.CounterVec // claims deleted by the collector, by reason
+	endpointsFreed *prometheus.CounterVec // endpoints deleted by the collector, by reason
+	gcRaces        *prometheus.CounterVec // deletes refused by a precondition (object changed), by kind
+	gcStale        prometheus.Gauge       // claims and endpoints waiting out the grace period
+	allocated      *prometheus.GaugeVec   // addresses held, by pool and family
+	total          *prometheus.GaugeVec   // addresses a pool can hand out, by pool and family
+	conflicts      prometheus.Gauge       // pools with AddressConflict
+	admission      *prometheus.CounterVec // webhook answers, by kind and result
+}
+
+// GC reasons (label "reason").
+const (
+	gcPodGone        = "pod_gone"
+	gcPodReplaced    = "pod_replaced"
+	gcPodTerminated  = "pod_terminated"
+	gcNodeGone       = "node_gone"
+	gcStsGone        = "statefulset_gone"
+	gcStsScaledDown  = "statefulset_scaled_down"
+	gcDuplicate      = "duplicate"
+	gcKindClaim      = "addressclaim"
+	gcKindEndpoint   = "allotendpoint"
+	admissionAllowed = "allowed"
+	admissionDenied  = "denied"
+	admissionError   = "error"
+)
+
+func newSharedMetrics(reg prometheus.Registerer) (*sharedMetrics, error) {
+	m := &sharedMetrics{
+		claimsFreed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "allot", Subsystem: "operator", Name: "shared_claims_freed_total",
+			Help: "AddressClaims deleted by the shared-pool garbage collector, by reason.",
+		}, []string{"reason"}),
+		endpointsFreed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "allot", Subsystem: "operator", Name: "shared_endpoints_freed_total",
+			Help: "AllotEndpoints deleted by the shared-pool garbage collector, by reason.",
+		}, []string{"reason"}),
+		gcRaces: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "allot", Subsystem: "operator", Name: "shared_gc_precondition_failed_total",
+			Help: "Garbage-collector deletes refused because the object changed (taken over) after the decision.",
+		}, []string{"kind"}),
+		gcStale: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "allot", Subsystem: "operator", Name: "shared_gc_stale",
+			Help: "AddressClaims and AllotEndpoints that look stale and wait out the grace period.",
+		}),
+		allocated: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "allot", Subsystem: "operator", Name: "shared_pool_allocated_ips",
+			Help: "Addresses of a SharedIPPool held by pods (AddressClaims).",
+		}, []string{"pool", "family"}),
+		total: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "allot", Subsystem: "operator", Name: "shared_pool_total_ips",
+			Help: "Addresses a SharedIPPool can hand out (ips - excludeIPs - reserved).",
+		}, []string{"pool", "family"}),
+		conflicts: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "allot", Subsystem: "operator", Name: "shared_pools_conflicting",
+			Help: "SharedIPPools that hand out nothing because they overlap an older pool (AddressConflict).",
+		}),
+		admission: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "allot", Subsystem: "operator", Name: "shared_admission_total",
+			Help: "Admission webhook answers, by kind and result (allowed, denied, error).",
+		}, []string{"kind", "result"}),
+	}
+	var err error
+	m.claimsFreed, err = register(reg, m.claimsFreed)
+	if err == nil {
+		m.endpointsFreed, err = register(reg, m.endpointsFreed)
+	}
+	if err == nil {
+		m.gcRaces, err = register(reg, m.gcRaces)
+	}
+	if err == nil {
+		m.gcStale, err = register(reg, m.gcStale)
+	}
+	if err == nil {
+		m.allocated, err = register(reg, m.allocated)
+	}
+	if err == nil {
+		m.total, err = register(reg, m.total)
+	}
+	if err == nil {
+		m.conflicts, err = register(reg, m.conflicts)
+	}
+	if err == nil {
+		m.admission, err = register(reg, m.admission)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("operator: shared-pool metrics: %w", err)
+	}
+	return m, nil
+}

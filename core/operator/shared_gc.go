@@ -1,0 +1,499 @@
+package operator
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	allotv1 "github.com/allot-ipam/allot/core/k8s/apis/allot/v1alpha1"
+)
+
+// The shared-pool garbage collector frees AddressClaims and AllotEndpoints whose holder is
+// gone. It runs on the leader only. Freeing an address some pod still uses hands it out twice
+// (Whereabouts #176, Spiderpool #2442 freed a live StatefulSet pod's address), so every
+// decision is conservative and checked three times:
+//
+//  1. a scan of the informer caches marks an object stale, with a reason;
+//  2. it must stay stale, unchanged (same resourceVersion), for the grace period;
+//  3. right before deleting, the holder is read again from the API server itself (pod,
+//     StatefulSet, Node, endpoint: no cache) and the verdict recomputed; then the object is
+//     deleted with Preconditions{UID, ResourceVersion} of the version judged, so an agent
+//     that took the claim over meanwhile (a recreated StatefulSet pod) makes the delete fail.
+//
+// Any read error means "keep". A StatefulSet pod's claim is kept as long as a pod of that
+// name exists or its ordinal is within the StatefulSet's replicas, whatever its node.
+
+// gcBeforeDelete, when set (tests), runs after the final check and before the delete.
+var gcBeforeDelete atomic.Pointer[func(kind, name string)]
+
+type sharedGC struct {
+	op    *operator
+	stale map[string]*staleMark // by item key; touched by the scan goroutine only
+}
+
+type staleMark struct {
+	rv     string
+	since  time.Time
+	reason string
+}
+
+func newSharedGC(op *operator) *sharedGC {
+	return &sharedGC{op: op, stale: map[string]*staleMark{}}
+}
+
+// Start runs the collector until ctx ends (a manager runnable: leader only).
+func (g *sharedGC) Start(ctx context.Context) error {
+	if err := g.op.waitReady(ctx); err != nil {
+		return nil
+	}
+	t := time.NewTicker(g.op.opts.SharedPools.GCInterval)
+	defer t.Stop()
+	for {
+		if err := g.scan(ctx); err != nil && ctx.Err() == nil {
+			g.op.log.Warn("shared-pool GC scan failed", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// gcHolder is the pod an AddressClaim or AllotEndpoint says holds it.
+type gcHolder struct {
+	ns, pod, uid, node, sts string
+}
+
+func (h gcHolder) String() string { return h.ns + "/" + h.pod }
+
+// gcItem is one claim or endpoint being judged.
+type gcItem struct {
+	kind string // gcKindClaim or gcKindEndpoint
+	key  string
+	obj  client.Object // the version judged (its UID and resourceVersion guard the delete)
+	h    gcHolder
+	// claims only
+	iface string
+	addr  netip.Addr
+	pool  string
+}
+
+func claimItem(c *allotv1.AddressClaim) *gcItem {
+	h := c.Spec.Holder
+	a, _ := netip.ParseAddr(c.Spec.IP)
+	return &gcItem{kind: gcKindClaim, key: "claim/" + c.Name, obj: c,
+		h:     gcHolder{ns: h.Namespace, pod: h.Pod, uid: h.PodUID, node: h.Node, sts: h.StatefulSet},
+		iface: h.Interface, addr: a.Unmap(), pool: c.Spec.Pool}
+}
+
+func endpointItem(e *allotv1.AllotEndpoint) *gcItem {
+	return &gcItem{kind: gcKindEndpoint, key: "aep/" + e.Namespace + "/" + e.Name, obj: e,
+		h: gcHolder{ns: e.Namespace, pod: e.Name, uid: e.Spec.PodUID, node: e.Spec.Node, sts: e.Spec.StatefulSet}}
+}
+
+// gcView answers the collector's questions from a reader: the cache for the scan, the API
+// server itself for the final check. Not found is (nil, nil).
+type gcView struct{ r client.Reader }
+
+func getOrNil[T any, PT interface {
+	*T
+	client.Object
+}](ctx context.Context, r client.Reader, ns, name string) (PT, error) {
+	obj := PT(new(T))
+	if err := r.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, obj); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	return obj, nil
+}
+
+func (v gcView) pod(ctx context.Context, ns, name string) (*corev1.Pod, error) {
+	return getOrNil[corev1.Pod](ctx, v.r, ns, name)
+}
+
+func (v gcView) statefulSet(ctx context.Context, ns, name string) (*appsv1.StatefulSet, error) {
+	return getOrNil[appsv1.StatefulSet](ctx, v.r, ns, name)
+}
+
+func (v gcView) nodeExists(ctx context.Context, name string) (bool, error) {
+	n, err := getOrNil[corev1.Node](ctx, v.r, "", name)
+	return n != nil, err
+}
+
+func (v gcView) endpoint(ctx context.Context, ns, name string) (*allotv1.AllotEndpoint, error) {
+	return getOrNil[allotv1.AllotEndpoint](ctx, v.r, ns, name)
+}
+
+// holderGone says why h no longer holds its addresses, or "" while it (may) still does.
+func (v gcView) holderGone(ctx context.Context, h gcHolder) (string, error) {
+	if h.ns == "" || h.pod == "" {
+		return "", nil // not written by an agent: never guess
+	}
+	pod, err := v.pod(ctx, h.ns, h.pod)
+	if err != nil {
+		return "", err
+	}
+	if h.sts != "" {
+		// A StatefulSet pod's addresses outlive the pod: any pod of that name (even on
+		// another node, even one being deleted) takes them back.
+		if pod != nil {
+			return "", nil
+		}
+		set, err := v.statefulSet(ctx, h.ns, h.sts)
+		if err != nil {
+			return "", err
+		}
+		if set == nil {
+			return gcStsGone, nil
+		}
+		ord, ok := stsOrdinal(h.pod, h.sts)
+		if !ok {
+			return "", nil // not a name of this StatefulSet: keep
+		}
+		start, replicas := int64(0), int64(1)
+		if set.Spec.Ordinals != nil {
+			start = int64(set.Spec.Ordinals.Start)
+		}
+		if set.Spec.Replicas != nil {
+			replicas = int64(*set.Spec.Replicas)
+		}
+		if ord < start || ord >= start+replicas {
+			return gcStsScaledDown, nil
+		}
+		return "", nil
+	}
+	if pod == nil {
+		return gcPodGone, nil
+	}
+	if h.uid != "" && string(pod.UID) != h.uid {
+		if ownedByStatefulSet(pod) {
+			// The claim says "not a StatefulSet pod" but the pod of that name is one: the
+			// agent will take the address back; keep it.
+			return "", nil
+		}
+		return gcPodReplaced, nil
+	}
+	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		return gcPodTerminated, nil
+	}
+	node := pod.Spec.NodeName
+	if node == "" {
+		node = h.node
+	}
+	if node != "" {
+		ok, err := v.nodeExists(ctx, node)
+		if err != nil {
+			return "", err
+		}
+		if !ok {
+			return gcNodeGone, nil
+		}
+	}
+	return "", nil
+}
+
+// stsOrdinal parses the ordinal of a StatefulSet pod name ("<set>-<n>").
+func stsOrdinal(pod, set string) (int64, bool) {
+	rest, ok := strings.CutPrefix(pod, set+"-")
+	if !ok || rest == "" || (len(rest) > 1 && rest[0] == '0') {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(rest, 10, 32)
+	if err != nil || n < 0 {
+		return 0, false
+	}
+	return n, true
+}
+
+func ownedByStatefulSet(p *corev1.Pod) bool {
+	for _, o := range p.OwnerReferences {
+		if o.Kind == "StatefulSet" && strings.HasPrefix(o.APIVersion, "apps/") {
+			return true
+		}
+	}
+	return false
+}
+
+// dupKey groups claims of one pod interface and family.
+type dupKey struct {
+	uid, iface string
+	v4         bool
+}
+
+// duplicates returns the claims of live holders that are extra: several claims for one
+// (pod UID, interface, family) of which the pod's endpoint lists some, not these (an agent
+// killed between creating a claim and writing the endpoint, then retried with another
+// address). When the endpoint lists none of a group, nothing is decided.
+func (v gcView) duplicates(ctx context.Context, live []*gcItem) (map[string]bool, error) {
+	groups := map[dupKey][]*gcItem{}
+	for _, it := range live {
+		if it.h.uid == "" || !it.addr.IsValid() {
+			continue
+		}
+		k := dupKey{uid: it.h.uid, iface: it.iface, v4: it.addr.Is4()}
+		groups[k] = append(groups[k], it)
+	}
+	out := map[string]bool{}
+	for _, g := range groups {
+		if len(g) < 2 {
+			continue
+		}
+		ep, err := v.endpoint(ctx, g[0].h.ns, g[0].h.pod)
+		if err != nil {
+			return nil, err
+		}
+		listed := endpointAddrs(ep, g[0].h.uid, g[0].iface)
+		n := 0
+		for _, it := range g {
+			if listed[it.addr] {
+				n++
+			}
+		}
+		if n == 0 {
+			continue
+		}
+		for _, it := range g {
+			if !listed[it.addr] {
+				out[it.key] = true
+			}
+		}
+	}
+	return out, nil
+}
+
+// endpointAddrs is the set of addresses ep lists for interface iface, if ep belongs to uid.
+func endpointAddrs(ep *allotv1.AllotEndpoint, uid, iface string) map[netip.Addr]bool {
+	out := map[netip.Addr]bool{}
+	if ep == nil || ep.Spec.PodUID != uid {
+		return out
+	}
+	for _, i := range ep.Spec.Interfaces {
+		if i.Interface != iface {
+			continue
+		}
+		for _, ip := range i.IPs {
+			if p, err := netip.ParsePrefix(ip.Address); err == nil {
+				out[p.Addr().Unmap()] = true
+			} else if a, err := netip.ParseAddr(ip.Address); err == nil {
+				out[a.Unmap()] = true
+			}
+		}
+	}
+	return out
+}
+
+// judge returns the stale items of a listing, by key, with their reasons.
+func (v gcView) judge(ctx context.Context, claims []*gcItem, endpoints []*gcItem) (map[string]string, error) {
+	stale := map[string]string{}
+	var live []*gcItem
+	for _, it := range claims {
+		r, err := v.holderGone(ctx, it.h)
+		if err != nil {
+			return nil, err
+		}
+		if r != "" {
+			stale[it.key] = r
+		} else {
+			live = append(live, it)
+		}
+	}
+	dups, err := v.duplicates(ctx, live)
+	if err != nil {
+		return nil, err
+	}
+	for k := range dups {
+		stale[k] = gcDuplicate
+	}
+	for _, it := range endpoints {
+		r, err := v.holderGone(ctx, it.h)
+		if err != nil {
+			return nil, err
+		}
+		if r != "" {
+			stale[it.key] = r
+		}
+	}
+	return stale, nil
+}
+
+// scan is one pass: judge from the caches, free what has been stale for the grace period.
+func (g *sharedGC) scan(ctx context.Context) error {
+	op := g.op
+	var claims allotv1.AddressClaimList
+	if err := op.client.List(ctx, &claims); err != nil {
+		return fmt.Errorf("list AddressClaims: %w", err)
+	}
+	var eps allotv1.AllotEndpointList
+	if err := op.client.List(ctx, &eps); err != nil {
+		return fmt.Errorf("list AllotEndpoints: %w", err)
+	}
+	items := map[string]*gcItem{}
+	var cis, eis []*gcItem
+	for i := range claims.Items {
+		it := claimItem(&claims.Items[i])
+		cis = append(cis, it)
+		items[it.key] = it
+	}
+	for i := range eps.Items {
+		it := endpointItem(&eps.Items[i])
+		eis = append(eis, it)
+		items[it.key] = it
+	}
+	stale, err := gcView{op.client}.judge(ctx, cis, eis)
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	grace := op.opts.SharedPools.GCGrace
+	var due []string
+	for key, reason := range stale {
+		rv := items[key].obj.GetResourceVersion()
+		m := g.stale[key]
+		if m == nil || m.rv != rv {
+			// New, or changed since it was first seen stale: the wait starts again.
+			m = &staleMark{rv: rv, since: now, reason: reason}
+			g.stale[key] = m
+		}
+		m.reason = reason
+		if now.Sub(m.since) >= grace {
+			due = append(due, key)
+		}
+	}
+	for key := range g.stale {
+		if _, ok := stale[key]; !ok {
+			delete(g.stale, key)
+		}
+	}
+	// Claims before endpoints: a StatefulSet pod scaled back up finds its endpoint and takes
+	// the (still claimed) addresses back, or finds both gone; never an endpoint without claims
+	// it could read as "mine".
+	slices.SortFunc(due, func(a, b string) int {
+		ka, kb := items[a].kind == gcKindEndpoint, items[b].kind == gcKindEndpoint
+		if ka != kb {
+			if ka {
+				return 1
+			}
+			return -1
+		}
+		return strings.Compare(a, b)
+	})
+	for _, key := range due {
+		if ctx.Err() != nil {
+			return nil
+		}
+		g.free(ctx, items[key])
+	}
+	op.shared.m.gcStale.Set(float64(len(g.stale)))
+	return nil
+}
+
+// free re-checks it against the API server and deletes it with preconditions.
+func (g *sharedGC) free(ctx context.Context, it *gcItem) {
+	op := g.op
+	direct := gcView{op.reader}
+	var reason string
+	var err error
+	if it.kind == gcKindClaim {
+		// Duplicates are judged within their group; re-read the group's endpoint.
+		reason, err = direct.holderGone(ctx, it.h)
+		if err == nil && reason == "" && g.stale[it.key].reason == gcDuplicate {
+			var ep *allotv1.AllotEndpoint
+			ep, err = direct.endpoint(ctx, it.h.ns, it.h.pod)
+			if err == nil {
+				listed := endpointAddrs(ep, it.h.uid, it.iface)
+				if len(listed) > 0 && !listed[it.addr] && sameFamilyListed(listed, it.addr) {
+					reason = gcDuplicate
+				}
+			}
+		}
+	} else {
+		reason, err = direct.holderGone(ctx, it.h)
+	}
+	if err != nil {
+		op.log.Warn("shared-pool GC: final check failed; keeping", "object", it.key, "err", err)
+		return
+	}
+	if reason == "" {
+		op.log.Info("shared-pool GC: holder is back; keeping", "object", it.key, "holder", it.h.String())
+		delete(g.stale, it.key)
+		return
+	}
+	if f := gcBeforeDelete.Load(); f != nil {
+		(*f)(it.kind, it.obj.GetName())
+	}
+	uid, rv := it.obj.GetUID(), it.obj.GetResourceVersion()
+	err = op.client.Delete(ctx, it.obj, client.Preconditions{UID: &uid, ResourceVersion: &rv})
+	delete(g.stale, it.key)
+	switch {
+	case apierrors.IsConflict(err):
+		// Changed since judged (an agent took it over): not freed; judged again afresh.
+		op.shared.m.gcRaces.WithLabelValues(it.kind).Inc()
+		op.log.Info("shared-pool GC: object changed before delete; kept", "object", it.key, "reason", reason)
+		return
+	case apierrors.IsNotFound(err):
+		return
+	case err != nil:
+		op.log.Warn("shared-pool GC: delete failed", "object", it.key, "err", err)
+		return
+	}
+	if it.kind == gcKindClaim {
+		op.shared.m.claimsFreed.WithLabelValues(reason).Inc()
+		op.log.Info("shared-pool GC: address freed", "address", it.addr, "pool", it.pool, "holder", it.h.String(),
+			"interface", it.iface, "reason", reason)
+		var pool allotv1.SharedIPPool
+		target := client.Object(it.obj)
+		if op.client.Get(ctx, types.NamespacedName{Name: it.pool}, &pool) == nil {
+			target = &pool
+		}
+		op.event(target, corev1.EventTypeNormal, "AddressFreed", "GarbageCollect",
+			"freed %s held by %s (%s): %s", it.addr, it.h, it.iface, gcReasonText(reason))
+		return
+	}
+	op.shared.m.endpointsFreed.WithLabelValues(reason).Inc()
+	op.log.Info("shared-pool GC: endpoint deleted", "endpoint", it.h.String(), "reason", reason)
+	op.event(it.obj, corev1.EventTypeNormal, "EndpointFreed", "GarbageCollect",
+		"deleted AllotEndpoint %s: %s", it.h, gcReasonText(reason))
+}
+
+func sameFamilyListed(listed map[netip.Addr]bool, a netip.Addr) bool {
+	for l := range listed {
+		if l.Is4() == a.Is4() {
+			return true
+		}
+	}
+	return false
+}
+
+func gcReasonText(r string) string {
+	switch r {
+	case gcPodGone:
+		return "the pod no longer exists"
+	case gcPodReplaced:
+		return "a new pod of that name (another UID) replaced the holder"
+	case gcPodTerminated:
+		return "the pod has terminated (Succeeded or Failed)"
+	case gcNodeGone:
+		return "the pod's node no longer exists"
+	case gcStsGone:
+		return "the StatefulSet no longer exists and no pod of that name does"
+	case gcStsScaledDown:
+		return "the StatefulSet was scaled down below this ordinal and the pod is gone"
+	case gcDuplicate:
+		return "a duplicate claim of the interface its endpoint does not list"
+	}
+	return r
+}

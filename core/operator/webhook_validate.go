@@ -1,0 +1,130 @@
+package operator
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/allot-ipam/allot/core/addrset"
+	allotk8s "github.com/allot-ipam/allot/core/k8s"
+	allotv1 "github.com/allot-ipam/allot/core/k8s/apis/allot/v1alpha1"
+	"github.com/allot-ipam/allot/core/sharedpool"
+	"github.com/allot-ipam/allot/sdk/policy"
+)
+
+// validatePool judges a SharedIPPool create or update (old is nil on create) against the
+// other pools and the claims held out of it, read from r (the API server itself). It returns
+// the reasons to refuse, each naming the field; none means allowed.
+func validatePool(ctx context.Context, r client.Reader, obj, old *allotv1.SharedIPPool) ([]string, error) {
+	res, err := sharedpool.Resolve(obj, sharedpool.Reserved{})
+	if err != nil {
+		// Resolve names the field (spec.ipv4.ips[3]: ...); strip its pool prefix.
+		return []string{strings.TrimPrefix(err.Error(), fmt.Sprintf("SharedIPPool %q: ", obj.Name))}, nil
+	}
+	var pools allotv1.SharedIPPoolList
+	if err := r.List(ctx, &pools); err != nil {
+		return nil, fmt.Errorf("list SharedIPPools: %w", err)
+	}
+	var claims allotv1.AddressClaimList
+	if err := r.List(ctx, &claims, client.MatchingLabels{allotv1.LabelClaimPool: allotk8s.LabelValue(obj.Name)}); err != nil {
+		return nil, fmt.Errorf("list AddressClaims: %w", err)
+	}
+	var own []allotv1.AddressClaim
+	for _, c := range claims.Items {
+		if c.Spec.Pool == obj.Name {
+			own = append(own, c)
+		}
+	}
+	return poolProblems(obj, res, pools.Items, own), nil
+}
+
+// poolProblems is validatePool without the reads.
+func poolProblems(obj *allotv1.SharedIPPool, res *sharedpool.Resolved, pools []allotv1.SharedIPPool, claims []allotv1.AddressClaim) []string {
+	var out []string
+	others := slices.Clone(pools)
+	slices.SortFunc(others, func(a, b allotv1.SharedIPPool) int { return strings.Compare(a.Name, b.Name) })
+	for i := range others {
+		o := &others[i]
+		if o.Name == obj.Name {
+			continue
+		}
+		ro, err := sharedpool.Resolve(o, sharedpool.Reserved{})
+		if err != nil {
+			continue // a broken pool serves nothing; its own status says why
+		}
+		for _, fam := range []policy.Family{policy.IPv4, policy.IPv6} {
+			f, g := res.Get(fam), ro.Get(fam)
+			if f == nil || g == nil {
+				continue
+			}
+			// The same predicates as sharedpool.Conflicts, so what is let in here is never
+			// marked AddressConflict later (barring races between two requests).
+			if f.Subnet != g.Subnet && f.Subnet.Overlaps(g.Subnet) {
+				out = append(out, fmt.Sprintf("spec.%s.subnet: %s overlaps the subnet %s of SharedIPPool %q; pools in different subnets must not overlap",
+					fam, f.Subnet, g.Subnet, o.Name))
+			}
+			if f.Subnet == g.Subnet && f.Configured.Overlaps(g.Configured) {
+				common := f.Configured.Intersect(g.Configured)
+				out = append(out, fmt.Sprintf("spec.%s.ips: %d address(es) (%s) are also in SharedIPPool %q of subnet %s; pools in one subnet must not share an address",
+					fam, common.Size(), few(common.Strings(), 5), o.Name, f.Subnet))
+			}
+		}
+	}
+	// Addresses pods hold must stay in the pool (a reservation does not count: a reserved
+	// address in use stays with its pod).
+	var removed, gateway []string
+	for _, c := range claims {
+		a, err := netip.ParseAddr(c.Spec.IP)
+		if err != nil {
+			continue
+		}
+		a = a.Unmap()
+		fam := policy.IPv6
+		if a.Is4() {
+			fam = policy.IPv4
+		}
+		h := c.Spec.Holder
+		who := fmt.Sprintf("%s held by %s/%s", a, h.Namespace, h.Pod)
+		f := res.Get(fam)
+		switch {
+		case f == nil:
+			removed = append(removed, who)
+		case !f.Configured.Contains(a):
+			removed = append(removed, who)
+		case f.Gateway == a:
+			gateway = append(gateway, fmt.Sprintf("spec.%s.gateway: %s", fam, who))
+		}
+	}
+	if len(removed) > 0 {
+		out = append(out, fmt.Sprintf("spec.ips/excludeIPs: cannot remove addresses pods hold: %s (they can be removed once freed; `kubectl get addressclaims -l %s=%s` lists them)",
+			few(removed, 10), allotv1.LabelClaimPool, allotk8s.LabelValue(obj.Name)))
+	}
+	out = append(out, gateway...)
+	return out
+}
+
+// validateReservedIP checks a ReservedIP's entries parse.
+func validateReservedIP(obj *allotv1.ReservedIP) []string {
+	if _, _, err := addrset.ParseMixed("spec.ips", obj.Spec.IPs); err != nil {
+		return []string{err.Error()}
+	}
+	return nil
+}
+
+func few(s []string, n int) string {
+	if len(s) <= n {
+		return strings.Join(s, ", ")
+	}
+	return strings.Join(s[:n], ", ") + fmt.Sprintf(", and %d more", len(s)-n)
+}
+
+// specChanged: metadata-only updates (finalizers, labels) skip the checks, so the operator
+// can always remove its finalizer and a pool that conflicts anyway can be edited to fix it.
+func specChanged(obj, old *allotv1.SharedIPPool) bool {
+	return old == nil || !equality.Semantic.DeepEqual(obj.Spec, old.Spec)
+}
