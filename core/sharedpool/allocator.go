@@ -64,6 +64,14 @@ type Allocator struct {
 
 	mu       sync.Mutex
 	inflight map[string]chan struct{} // per pod (namespace/name)
+	// cursors: per pool and family, where this node looks for a free address next, and how
+	// often it has moved (see start).
+	cursors map[cursorKey]uint64
+}
+
+type cursorKey struct {
+	pool string
+	fam  policy.Family
 }
 
 // errKilled ends an ADD without clean-up (Options.AfterClaim).
@@ -567,9 +575,32 @@ func (a *Allocator) decide(ctx context.Context, w *want, preq *policy.PodRequest
 }
 
 // seed spreads agents racing for one pool over its free addresses.
-func (a *Allocator) seed(w *want, attempt int) uint64 {
+// start is where this node looks for a free address of pool and family: a position derived
+// from the node's name, so nodes fill separate stretches of the pool. After a conflict the
+// node has run into another node's stretch, whose next address the other node is most
+// likely claiming right now; following it would collide on every try, so the cursor jumps
+// to a new pseudo-random position instead (moved).
+func (a *Allocator) start(pool string, fam policy.Family, moved bool) uint64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	k := cursorKey{pool, fam}
+	n, ok := a.cursors[k]
+	if ok && !moved {
+		return hashStart(a.opts.Node, pool, fam, n)
+	}
+	if moved {
+		n++
+	}
+	if a.cursors == nil {
+		a.cursors = map[cursorKey]uint64{}
+	}
+	a.cursors[k] = n
+	return hashStart(a.opts.Node, pool, fam, n)
+}
+
+func hashStart(node, pool string, fam policy.Family, n uint64) uint64 {
 	h := fnv.New64a()
-	fmt.Fprintf(h, "%s\x00%s\x00%s\x00%d", a.opts.Node, w.holder.PodUID, w.holder.Interface, attempt)
+	fmt.Fprintf(h, "%s\x00%s\x00%s\x00%d", node, pool, fam, n)
 	return h.Sum64()
 }
 
@@ -587,30 +618,43 @@ func (a *Allocator) newClaim(w *want, pool string, ad netip.Addr) *v1alpha1.Addr
 // Create (another agent was first) marks the address taken and tries another.
 func (a *Allocator) claimFrom(ctx context.Context, w *want, fam policy.Family, cands []policy.Candidate) (*v1alpha1.AddressClaim, error) {
 	var tried []string
-	attempt := 0
+	attempts := 0
 	for _, cand := range cands {
+		conflicted := false
 		for {
 			if err := ctx.Err(); err != nil {
 				return nil, api.Errorf(api.CodeUnavailable, "allocation of %s from pool %q: %v", fam.Label(), cand.Pool, err)
 			}
-			ad, ok := a.idx.pick(cand.Pool, fam, a.seed(w, attempt))
-			attempt++
+			start := a.start(cand.Pool, fam, conflicted)
+			if conflicted {
+				start = hashStart(w.holder.PodUID, cand.Pool, fam, uint64(attempts))
+			}
+			attempts++
+			ad, ok := a.idx.pick(cand.Pool, fam, start, conflicted)
 			if !ok {
 				tried = append(tried, fmt.Sprintf("%q", cand.Pool))
 				break
 			}
 			c := a.newClaim(w, cand.Pool, ad)
 			err := a.apiCall("create", "AddressClaim", func() error { return a.opts.Client.Create(ctx, c) })
-			if err == nil {
+			// The outcome is recorded before the pending mark goes, so no concurrent pick
+			// sees the address free in between.
+			switch {
+			case err == nil:
 				a.idx.noteWritten(c)
+			case apierrors.IsAlreadyExists(err):
+				a.idx.noteTaken(ad)
+			}
+			a.idx.unpend(ad)
+			if err == nil {
 				a.m.allocated.WithLabelValues(cand.Pool).Inc()
 				a.m.nAllocated.Add(1)
 				return c, nil
 			}
 			if apierrors.IsAlreadyExists(err) {
-				a.idx.noteTaken(ad)
 				a.m.conflicts.WithLabelValues(cand.Pool).Inc()
 				a.m.nConflicts.Add(1)
+				conflicted = true
 				continue
 			}
 			return nil, unavailable("create AddressClaim "+c.Name, err)

@@ -49,10 +49,11 @@
 //  4. Otherwise the network's policy (spiderpool-priority by default) picks candidate pools
 //     per family from views of the pools: free counts from the claim index, reserved
 //     addresses removed, conflicting (sharedpool.Conflicts), disabled and terminating pools
-//     filtered. For each family, candidate pools in order: a free address is picked at a
-//     pseudo-random rank among the free ones (hash of node, pod UID, interface and attempt,
-//     so racing agents spread out) and its claim created; AlreadyExists means another agent
-//     won it: the address is remembered as taken and the next one tried (counted in
+//     filtered. For each family, candidate pools in order: the first free address after
+//     this node's cursor (a position hashed from the node name, so nodes fill separate
+//     stretches; addresses this node is racing for are skipped) and its claim created;
+//     AlreadyExists means another agent won it: the address is remembered as taken, the
+//     cursor jumps, and the retry picks uniformly among the free addresses (counted in
 //     allot_shared_conflicts_total). All candidates full: CodeExhausted naming them.
 //  5. The AllotEndpoint is created or updated, then the answer is sent.
 //

@@ -46,6 +46,9 @@ type Index struct {
 	local map[string]localClaim // claims written by this process, by name
 	gone  map[string]time.Time  // claim UIDs deleted by this process
 	taken map[netip.Addr]time.Time
+	// pending are addresses a Create of this process is racing for right now: concurrent ADDs
+	// on this node skip them instead of colliding with each other.
+	pending map[netip.Addr]bool
 
 	// derived, rebuilt when pools or reservations change (version counts changes)
 	version   uint64
@@ -76,6 +79,7 @@ func NewIndex(log *slog.Logger, now func() time.Time) *Index {
 		pools: map[string]*v1alpha1.SharedIPPool{}, reserved: map[string]*v1alpha1.ReservedIP{},
 		claims: map[string]*v1alpha1.AddressClaim{}, byPool: map[string]map[string]bool{}, byPod: map[string]map[string]bool{},
 		local: map[string]localClaim{}, gone: map[string]time.Time{}, taken: map[netip.Addr]time.Time{},
+		pending: map[netip.Addr]bool{},
 		version: 1,
 	}
 }
@@ -378,14 +382,26 @@ func (x *Index) usedLocked(pool string, f *Family) []uint64 {
 			used = append(used, i)
 		}
 	}
+	for a := range x.pending {
+		if i, ok := f.Usable.Index(a); ok {
+			used = append(used, i)
+		}
+	}
 	slices.Sort(used)
 	return slices.Compact(used)
 }
 
-// pick chooses a free address of the pool's family fam at rank seed modulo the number of
-// free addresses, so racing agents with different seeds spread over the free addresses.
-// It returns false when the index sees no free address.
-func (x *Index) pick(pool string, fam policy.Family, seed uint64) (netip.Addr, bool) {
+// pick chooses the first free address of the pool's family fam at or after position start
+// of its usable addresses (wrapping) and marks it pending until unpend. Each node starts at
+// its own position (Allocator.start), so nodes fill separate stretches of the pool and race
+// for the same address only where two stretches meet or when the pool is nearly full; the
+// pending mark keeps this node's own concurrent ADDs apart. It returns false when the index
+// sees no free address.
+//
+// With spread set, the address is instead the free one at rank start modulo the number of
+// free addresses: after a conflict, when the pool is nearly full and every node is hunting
+// the same few gaps, a uniform pick among them collides least.
+func (x *Index) pick(pool string, fam policy.Family, start uint64, spread bool) (netip.Addr, bool) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	x.rebuildLocked()
@@ -394,7 +410,26 @@ func (x *Index) pick(pool string, fam policy.Family, seed uint64) (netip.Addr, b
 		return netip.Addr{}, false
 	}
 	f := r.Get(fam)
-	return pickFree(f.Usable, x.usedLocked(pool, f), seed)
+	used := x.usedLocked(pool, f)
+	var a netip.Addr
+	var ok bool
+	if spread {
+		a, ok = pickFree(f.Usable, used, start)
+	} else {
+		a, ok = pickFrom(f.Usable, used, start)
+	}
+	if ok {
+		x.pending[a] = true
+	}
+	return a, ok
+}
+
+// unpend ends the race for a (its Create returned; noteWritten or noteTaken has recorded
+// the outcome).
+func (x *Index) unpend(a netip.Addr) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	delete(x.pending, a)
 }
 
 // pickFree returns the free address of usable at rank seed mod free, where used are the
@@ -411,6 +446,30 @@ func pickFree(usable addrset.Set, used []uint64, seed uint64) (netip.Addr, bool)
 		j++
 	}
 	return usable.Nth(k + j)
+}
+
+// pickFrom returns the first free address of usable at or after position start (modulo the
+// size, wrapping), where used are the sorted, unique positions (in usable) of the addresses
+// that are not free.
+func pickFrom(usable addrset.Set, used []uint64, start uint64) (netip.Addr, bool) {
+	size := usable.Size()
+	if uint64(len(used)) >= size {
+		return netip.Addr{}, false
+	}
+	p := start % size
+	j := sort.Search(len(used), func(i int) bool { return used[i] >= p })
+	for j < len(used) && used[j] == p {
+		p++
+		j++
+	}
+	if p == size {
+		p, j = 0, 0
+		for j < len(used) && used[j] == p {
+			p++
+			j++
+		}
+	}
+	return usable.Nth(p)
 }
 
 // views returns the pools as the pool policy sees them, sorted by name then family, and the

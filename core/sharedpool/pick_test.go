@@ -8,6 +8,84 @@ import (
 	"github.com/allot-ipam/allot/sdk/policy"
 )
 
+func TestPickFrom(t *testing.T) {
+	set, err := addrset.Parse("ips", policy.IPv4, []string{"10.0.0.1-10.0.0.4", "10.0.0.10-10.0.0.11"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Positions: 0=.1 1=.2 2=.3 3=.4 4=.10 5=.11
+	for _, tc := range []struct {
+		name  string
+		used  []uint64
+		start uint64
+		want  string // "" = none free
+	}{
+		{"empty, from 0", nil, 0, "10.0.0.1"},
+		{"empty, from 4 crosses ranges", nil, 4, "10.0.0.10"},
+		{"start wraps modulo size", nil, 6, "10.0.0.1"},
+		{"skips used run", []uint64{0, 1}, 0, "10.0.0.3"},
+		{"skips used at start", []uint64{2, 3}, 2, "10.0.0.10"},
+		{"used before start ignored", []uint64{0, 1}, 3, "10.0.0.4"},
+		{"wraps past the end", []uint64{4, 5}, 5, "10.0.0.1"},
+		{"wraps past the end and a used head", []uint64{0, 4, 5}, 4, "10.0.0.2"},
+		{"last free", []uint64{0, 1, 2, 3, 4}, 99, "10.0.0.11"},
+		{"full", []uint64{0, 1, 2, 3, 4, 5}, 0, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := pickFrom(set, tc.used, tc.start)
+			if tc.want == "" {
+				if ok {
+					t.Fatalf("got %s, want none", got)
+				}
+				return
+			}
+			if !ok || got != netip.MustParseAddr(tc.want) {
+				t.Fatalf("got %s %v, want %s", got, ok, tc.want)
+			}
+		})
+	}
+}
+
+// From any start, the pick is free, and repeatedly picking and marking used fills every
+// free address exactly once.
+func TestPickFromFillsEveryFreeAddress(t *testing.T) {
+	set, _ := addrset.Parse("ips", policy.IPv4, []string{"10.0.0.0-10.0.0.63"})
+	for start := uint64(0); start < 70; start += 7 {
+		used := []uint64{0, 5, 6, 7, 31, 32, 63}
+		seen := map[netip.Addr]bool{}
+		for {
+			a, ok := pickFrom(set, used, start)
+			if !ok {
+				break
+			}
+			i, _ := set.Index(a)
+			for _, u := range used {
+				if u == i {
+					t.Fatalf("start %d picked used %s", start, a)
+				}
+			}
+			if seen[a] {
+				t.Fatalf("start %d picked %s again", start, a)
+			}
+			seen[a] = true
+			used = insertSorted(used, i)
+		}
+		if len(seen) != 64-7 {
+			t.Fatalf("start %d filled %d of %d", start, len(seen), 64-7)
+		}
+	}
+}
+
+func insertSorted(s []uint64, v uint64) []uint64 {
+	i := 0
+	for i < len(s) && s[i] < v {
+		i++
+	}
+	s = append(s, 0)
+	copy(s[i+1:], s[i:])
+	s[i] = v
+	return s
+}
 func TestPickFree(t *testing.T) {
 	set, err := addrset.Parse("ips", policy.IPv4, []string{"10.0.0.1-10.0.0.4", "10.0.0.10-10.0.0.11"})
 	if err != nil {
