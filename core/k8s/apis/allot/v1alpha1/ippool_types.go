@@ -58,33 +58,8 @@ type IPPoolSpec struct {
 	// +optional
 	IPv6 *PoolFamily `json:"ipv6,omitempty"`
 
-	// Default marks a cluster default pool (used when nothing names a pool).
-	// +optional
-	Default bool `json:"default,omitempty"`
-	// Disable stops the pool handing out new addresses; those in use stay.
-	// +optional
-	Disable bool `json:"disable,omitempty"`
-	// NodeName limits the pool to these nodes (empty: any node).
-	// +optional
-	// +listType=set
-	NodeName []string `json:"nodeName,omitempty"`
-	// NodeAffinity limits the pool to nodes whose labels match.
-	// +optional
-	NodeAffinity *metav1.LabelSelector `json:"nodeAffinity,omitempty"`
-	// NamespaceName limits the pool to pods of these namespaces (empty: any).
-	// +optional
-	// +listType=set
-	NamespaceName []string `json:"namespaceName,omitempty"`
-	// NamespaceAffinity limits the pool to pods of namespaces whose labels match.
-	// +optional
-	NamespaceAffinity *metav1.LabelSelector `json:"namespaceAffinity,omitempty"`
-	// PodAffinity limits the pool to pods whose labels match.
-	// +optional
-	PodAffinity *metav1.LabelSelector `json:"podAffinity,omitempty"`
-	// MultusName limits the pool to these Multus networks (namespace/name).
-	// +optional
-	// +listType=set
-	MultusName []string `json:"multusName,omitempty"`
+	// PoolSelection holds the fields the pool policies read (default, disable, affinities).
+	PoolSelection `json:",inline"`
 }
 
 // PoolFamily is one address family of a pool.
