@@ -6,6 +6,7 @@ package api
 
 import (
 	"context"
+	"strings"
 	"time"
 )
 
@@ -21,6 +22,25 @@ type Owner struct {
 
 // String is "containerID/ifName", the form used in logs and allotctl.
 func (o Owner) String() string { return o.ContainerID + "/" + o.IfName }
+
+// Validate checks the owner as it arrives from a CNI call, naming the field at fault. Container
+// IDs are limited to 256 bytes (what the cluster records hold); interface names follow Linux
+// (at most 15 bytes, no '/', whitespace or ':').
+func (o Owner) Validate() error {
+	if o.ContainerID == "" {
+		return InvalidField("owner.containerID", "must not be empty")
+	}
+	if len(o.ContainerID) > 256 || strings.ContainsAny(o.ContainerID, "/\x00\n") {
+		return InvalidField("owner.containerID", "%.40q is not a valid container ID", o.ContainerID)
+	}
+	if o.IfName == "" {
+		return InvalidField("owner.ifName", "must not be empty")
+	}
+	if len(o.IfName) > 15 || strings.ContainsAny(o.IfName, "/: \t\n\x00") || o.IfName == "." || o.IfName == ".." {
+		return InvalidField("owner.ifName", "%q is not a valid interface name", o.IfName)
+	}
+	return nil
+}
 
 // PodRef names the Kubernetes pod behind an owner, from CNI_ARGS; all fields may be empty
 // outside Kubernetes.

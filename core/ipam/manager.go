@@ -260,22 +260,6 @@ func fromOwner(o store.Owner) api.Owner {
 	return api.Owner{ContainerID: o.ContainerID, IfName: o.IfName}
 }
 
-func validateOwner(o api.Owner) error {
-	if o.ContainerID == "" {
-		return api.InvalidField("owner.containerID", "must not be empty")
-	}
-	if len(o.ContainerID) > 512 || strings.ContainsAny(o.ContainerID, "/\x00\n") {
-		return api.InvalidField("owner.containerID", "%.40q is not a valid container ID", o.ContainerID)
-	}
-	if o.IfName == "" {
-		return api.InvalidField("owner.ifName", "must not be empty")
-	}
-	// Linux interface names: at most 15 bytes, no '/', whitespace or ':'.
-	if len(o.IfName) > 15 || strings.ContainsAny(o.IfName, "/: \t\n\x00") || o.IfName == "." || o.IfName == ".." {
-		return api.InvalidField("owner.ifName", "%q is not a valid interface name", o.IfName)
-	}
-	return nil
-}
 
 // Allocate implements api.Service.
 func (m *Manager) Allocate(ctx context.Context, req *api.AllocateRequest) (*api.Allocation, error) {
@@ -286,7 +270,7 @@ func (m *Manager) Allocate(ctx context.Context, req *api.AllocateRequest) (*api.
 }
 
 func (m *Manager) allocate(ctx context.Context, req *api.AllocateRequest) (*api.Allocation, error) {
-	if err := validateOwner(req.Owner); err != nil {
+	if err := req.Owner.Validate(); err != nil {
 		return nil, err
 	}
 	if req.Network == "" {
@@ -573,7 +557,7 @@ func (m *Manager) Release(ctx context.Context, req *api.ReleaseRequest) error {
 }
 
 func (m *Manager) release(ctx context.Context, o api.Owner) error {
-	if err := validateOwner(o); err != nil {
+	if err := o.Validate(); err != nil {
 		return err
 	}
 	owner := toOwner(o)
@@ -614,7 +598,7 @@ func (m *Manager) release(ctx context.Context, o api.Owner) error {
 
 // Check implements api.Service.
 func (m *Manager) Check(ctx context.Context, req *api.CheckRequest) (*api.Allocation, error) {
-	if err := validateOwner(req.Owner); err != nil {
+	if err := req.Owner.Validate(); err != nil {
 		return nil, err
 	}
 	m.mu.Lock()

@@ -144,21 +144,6 @@ func (a *Allocator) acquire(ctx context.Context, key string) (func(), error) {
 	}
 }
 
-func validateOwner(o api.Owner) error {
-	if o.ContainerID == "" {
-		return api.InvalidField("owner.containerID", "must not be empty")
-	}
-	if len(o.ContainerID) > 256 || strings.ContainsAny(o.ContainerID, "/\x00\n") {
-		return api.InvalidField("owner.containerID", "%.40q is not a valid container ID", o.ContainerID)
-	}
-	if o.IfName == "" {
-		return api.InvalidField("owner.ifName", "must not be empty")
-	}
-	if len(o.IfName) > 15 || strings.ContainsAny(o.IfName, "/: \t\n\x00") || o.IfName == "." || o.IfName == ".." {
-		return api.InvalidField("owner.ifName", "%q is not a valid interface name", o.IfName)
-	}
-	return nil
-}
 
 func validatePod(p api.PodRef) error {
 	for _, f := range []struct{ field, v string }{{"pod.namespace", p.Namespace}, {"pod.name", p.Name}, {"pod.uid", p.UID}} {
@@ -213,7 +198,7 @@ func (a *Allocator) Allocate(ctx context.Context, req *api.AllocateRequest) (*ap
 }
 
 func (a *Allocator) allocate(ctx context.Context, req *api.AllocateRequest) (*api.Allocation, error) {
-	if err := validateOwner(req.Owner); err != nil {
+	if err := req.Owner.Validate(); err != nil {
 		return nil, err
 	}
 	if req.Network == "" {

@@ -155,7 +155,7 @@ func (a *Allocator) Release(ctx context.Context, req *api.ReleaseRequest) error 
 }
 
 func (a *Allocator) release(ctx context.Context, req *api.ReleaseRequest) error {
-	if err := validateOwner(req.Owner); err != nil {
+	if err := req.Owner.Validate(); err != nil {
 		return err
 	}
 	pod := req.Pod
@@ -236,7 +236,7 @@ func (a *Allocator) dropInterface(ctx context.Context, pod api.PodRef, o api.Own
 
 // Check implements CNI CHECK (api.Service): the owner must hold a claim.
 func (a *Allocator) Check(ctx context.Context, req *api.CheckRequest) (*api.Allocation, error) {
-	if err := validateOwner(req.Owner); err != nil {
+	if err := req.Owner.Validate(); err != nil {
 		return nil, err
 	}
 	mine := a.ownerClaims(req.Owner, req.Pod)
