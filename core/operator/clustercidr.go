@@ -441,14 +441,8 @@ func (op *operator) reconcileConfig(ctx context.Context, req reconcile.Request) 
 		return reconcile.Result{}, err
 	}
 	terminating := cfg.DeletionTimestamp != nil
-	if !terminating && !controllerutil.ContainsFinalizer(&cfg, allotv1.FinalizerConfigInUse) {
-		controllerutil.AddFinalizer(&cfg, allotv1.FinalizerConfigInUse)
-		if err := op.client.Update(ctx, &cfg); err != nil {
-			if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-				return reconcile.Result{RequeueAfter: conflictRetry}, nil
-			}
-			return reconcile.Result{}, fmt.Errorf("add finalizer to ClusterCIDRConfig %s: %w", name, err)
-		}
+	if res, done, err := op.ensureFinalizer(ctx, &cfg, allotv1.FinalizerConfigInUse, "ClusterCIDRConfig"); done {
+		return res, err
 	}
 	v, verr := allotk8s.CIDRConfigView(&cfg)
 	if verr == nil {

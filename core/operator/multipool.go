@@ -439,14 +439,8 @@ func (op *operator) reconcilePool(ctx context.Context, req reconcile.Request) (r
 		return reconcile.Result{}, err
 	}
 	terminating := pool.DeletionTimestamp != nil
-	if !terminating && !controllerutil.ContainsFinalizer(&pool, allotv1.FinalizerPoolInUse) {
-		controllerutil.AddFinalizer(&pool, allotv1.FinalizerPoolInUse)
-		if err := op.client.Update(ctx, &pool); err != nil {
-			if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-				return reconcile.Result{RequeueAfter: conflictRetry}, nil
-			}
-			return reconcile.Result{}, fmt.Errorf("add finalizer to IPPool %s: %w", name, err)
-		}
+	if res, done, err := op.ensureFinalizer(ctx, &pool, allotv1.FinalizerPoolInUse, "IPPool"); done {
+		return res, err
 	}
 	var pools allotv1.IPPoolList
 	if err := op.client.List(ctx, &pools); err != nil {

@@ -128,14 +128,8 @@ func (op *operator) reconcileSharedPool(ctx context.Context, req reconcile.Reque
 		return reconcile.Result{}, err
 	}
 	terminating := pool.DeletionTimestamp != nil
-	if !terminating && !controllerutil.ContainsFinalizer(&pool, allotv1.FinalizerSharedPoolInUse) {
-		controllerutil.AddFinalizer(&pool, allotv1.FinalizerSharedPoolInUse)
-		if err := op.client.Update(ctx, &pool); err != nil {
-			if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-				return reconcile.Result{RequeueAfter: conflictRetry}, nil
-			}
-			return reconcile.Result{}, fmt.Errorf("add finalizer to SharedIPPool %s: %w", name, err)
-		}
+	if res, done, err := op.ensureFinalizer(ctx, &pool, allotv1.FinalizerSharedPoolInUse, "SharedIPPool"); done {
+		return res, err
 	}
 	var pools allotv1.SharedIPPoolList
 	if err := op.client.List(ctx, &pools); err != nil {
