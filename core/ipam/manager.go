@@ -260,7 +260,6 @@ func fromOwner(o store.Owner) api.Owner {
 	return api.Owner{ContainerID: o.ContainerID, IfName: o.IfName}
 }
 
-
 // Allocate implements api.Service.
 func (m *Manager) Allocate(ctx context.Context, req *api.AllocateRequest) (*api.Allocation, error) {
 	begin := time.Now()

@@ -144,7 +144,6 @@ func (a *Allocator) acquire(ctx context.Context, key string) (func(), error) {
 	}
 }
 
-
 func validatePod(p api.PodRef) error {
 	for _, f := range []struct{ field, v string }{{"pod.namespace", p.Namespace}, {"pod.name", p.Name}, {"pod.uid", p.UID}} {
 		if f.v == "" {

@@ -141,7 +141,6 @@ func buildPlugin(t *testing.T, url string) *config.Plugin {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "aws-eni")
 	cmd := exec.Command("go", "build", "-o", bin, "github.com/allot-ipam/allot/plugins/cloud/aws-eni/cmd")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("building the aws-eni plugin: %v\n%s", err, out)
 	}
@@ -279,6 +278,14 @@ func (e *eniEnv) scale(ctx context.Context, n *node, want int) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			// As a kubelet's ADD comes after the pod reached the node: let the agent's
+			// informer see it (else it asks the API server, which under -race with 20
+			// agents starting pods at once can be slower than the lookup's deadline).
+			for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+				if n.d.Agent().CachedGet(ctx, types.NamespacedName{Namespace: p.Namespace, Name: p.Name}, &corev1.Pod{}) == nil {
+					break
+				}
+			}
 			if _, err := n.add(ctx, p); err != nil {
 				errs <- fmt.Errorf("%s: ADD %s: %w", n.name, p.Name, err)
 				return

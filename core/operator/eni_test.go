@@ -1,0 +1,72 @@
+package operator
+
+import (
+	"net/netip"
+	"reflect"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/allot-ipam/allot/core/eni"
+	allotv1 "github.com/allot-ipam/allot/core/k8s/apis/allot/v1alpha1"
+	"github.com/allot-ipam/allot/sdk/cloud"
+)
+
+func TestENINodeState(t *testing.T) {
+	def := eni.Params{PreAllocate: 8}
+	two, one := int32(2), int32(1)
+	labelled := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{LabelInstanceType: "m5.large", LabelZoneBeta: "us-east-1b"}},
+		Spec:       corev1.NodeSpec{ProviderID: "aws:///us-east-1b/i-node"},
+	}
+	for _, tc := range []struct {
+		name string
+		an   allotv1.AllotNode
+		node *corev1.Node
+		want eni.NodeState
+	}{
+		{
+			name: "from the Node",
+			an:   allotv1.AllotNode{ObjectMeta: metav1.ObjectMeta{Name: "n1"}},
+			node: labelled,
+			want: eni.NodeState{Ref: cloud.NodeRef{Name: "n1", ProviderID: "aws:///us-east-1b/i-node", InstanceType: "m5.large", Zone: "us-east-1b"}, Used: []netip.Addr{}},
+		},
+		{
+			name: "spec.eni wins over labels, Node's providerID over the instance ID",
+			an: allotv1.AllotNode{
+				ObjectMeta: metav1.ObjectMeta{Name: "n2"},
+				Spec: allotv1.AllotNodeSpec{ENI: &allotv1.NodeENISpec{InstanceID: "i-agent", InstanceType: "c5.xlarge", Zone: "us-east-1c",
+					PreAllocate: &two, FirstInterfaceIndex: &one, SubnetIDs: []string{"subnet-1"}, SecurityGroups: []string{"sg-1"}}},
+				Status: allotv1.AllotNodeStatus{IPAM: allotv1.NodeIPAMStatus{Pending: 3, Used: map[string]allotv1.UsedAddress{"10.0.0.2": {}, "10.0.0.1": {}}}},
+			},
+			node: labelled,
+			want: eni.NodeState{
+				Ref:  cloud.NodeRef{Name: "n2", ProviderID: "aws:///us-east-1b/i-node", InstanceType: "c5.xlarge", Zone: "us-east-1c"},
+				Used: []netip.Addr{netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2")}, Pending: 3,
+				Params: &eni.Params{PreAllocate: 2}, FirstInterfaceIndex: func() *int { v := 1; return &v }(),
+				SubnetIDs: []string{"subnet-1"}, SecurityGroups: []string{"sg-1"},
+			},
+		},
+		{
+			name: "no Node: the agent's instance ID",
+			an:   allotv1.AllotNode{ObjectMeta: metav1.ObjectMeta{Name: "n3"}, Spec: allotv1.AllotNodeSpec{ENI: &allotv1.NodeENISpec{InstanceID: "i-3", Zone: "z"}}},
+			node: &corev1.Node{},
+			want: eni.NodeState{Ref: cloud.NodeRef{Name: "n3", ProviderID: "aws:///z/i-3", Zone: "z"}, Used: []netip.Addr{}},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := eniNodeState(&tc.an, tc.node, def); !reflect.DeepEqual(got, tc.want) {
+				t.Fatalf("got  %+v\nwant %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestAnswersFingerprint(t *testing.T) {
+	an := &allotv1.AllotNode{}
+	an.Status.IPAM.ReleaseIPs = map[string]allotv1.ReleaseState{"10.0.0.2": "marked-for-release", "10.0.0.1": "ready-for-release", "10.0.0.3": "do-not-release"}
+	if got := answers(an); got != "10.0.0.1=ready-for-release;10.0.0.3=do-not-release;" {
+		t.Fatal(got)
+	}
+}
