@@ -261,9 +261,16 @@ func (a *Allocator) allocate(ctx context.Context, req *api.AllocateRequest) (*ap
 		}
 	}
 
+	// A StatefulSet pod recreated under the same name takes its endpoint's addresses back.
+	takeBack := w.sts != "" && ep != nil && ep.Spec.PodUID != w.holder.PodUID
 	held, err := a.reuse(ctx, w, ep, known)
 	if err != nil {
 		return nil, err
+	}
+	if takeBack && len(held) > 0 && len(req.IPs) == 0 {
+		if held, err = a.dropUnwanted(ctx, w, preq, blocked, held); err != nil {
+			return nil, err
+		}
 	}
 	if len(held) > 0 {
 		a.m.nReused.Add(1)
@@ -376,6 +383,47 @@ func (a *Allocator) reuse(ctx context.Context, w *want, ep *v1alpha1.AllotEndpoi
 		}
 	}
 	return held, nil
+}
+
+// dropUnwanted lets go of addresses a recreated StatefulSet pod took back from pools its
+// pool policy no longer chooses (its annotations now name other pools, say): Spiderpool's
+// rule is that the pod reuses its last address when that address still fits the rules. The
+// freed claims are deleted with preconditions and the families allocated anew by the caller.
+// Only for a take-back (a new pod UID): a repeat ADD of the same pod keeps what it was given.
+func (a *Allocator) dropUnwanted(ctx context.Context, w *want, preq *policy.PodRequest, blocked map[string]string, held []*v1alpha1.AddressClaim) ([]*v1alpha1.AddressClaim, error) {
+	d, err := a.decide(ctx, w, preq, blocked)
+	if err != nil || d.Code != policy.Decided {
+		return held, nil // no verdict to act on: keep the addresses
+	}
+	wanted := func(fam policy.Family, pool string) bool {
+		cands := d.IPv4
+		if fam == policy.IPv6 {
+			cands = d.IPv6
+		}
+		for _, c := range cands {
+			if c.Pool == pool {
+				return true
+			}
+		}
+		return false
+	}
+	var keep []*v1alpha1.AddressClaim
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.opts.WriteTimeout)
+	defer cancel()
+	for _, c := range held {
+		ad, err := netip.ParseAddr(c.Spec.IP)
+		if err != nil || wanted(famOf(ad), c.Spec.Pool) {
+			keep = append(keep, c)
+			continue
+		}
+		a.log.Info("StatefulSet pod: its last address is from a pool its pool policy no longer chooses; allocating anew",
+			"pod", w.podKey(), "interface", w.holder.Interface, "address", c.Spec.IP, "pool", c.Spec.Pool)
+		holder := c.Spec.Holder
+		if err := a.deleteClaim(wctx, c, func(h v1alpha1.AddressHolder) bool { return h == holder }); err != nil {
+			return nil, unavailable("delete AddressClaim "+c.Name, err)
+		}
+	}
+	return keep, nil
 }
 
 // hold makes the claim name w's holder (update with resourceVersion); nil when the claim is

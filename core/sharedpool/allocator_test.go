@@ -355,3 +355,40 @@ func TestKilledBetweenFamiliesAndRepeatWhenFull(t *testing.T) {
 		t.Fatal("want 4 claims")
 	}
 }
+
+// A StatefulSet pod recreated with an annotation naming another pool gets an address of that
+// pool; its last address is freed, not leaked.
+func TestStatefulSetPoolChangedIsReallocated(t *testing.T) {
+	cl := newCluster(t)
+	cl.pool("old", "10.60.0.0/24", []string{"10.60.0.10-10.60.0.20"}, nil)
+	cl.pool("new", "10.61.0.0/24", []string{"10.61.0.10-10.61.0.20"}, func(p *v1alpha1.SharedIPPool) { p.Spec.Default = false })
+	n := cl.node("node-s", nil)
+	waitPool(t, "new", n)
+	ctx := context.Background()
+	p := cl.pod("default", "db-0", "node-s", statefulSet("db"))
+	first, err := n.a.Allocate(ctx, addReq(p, "c1", "eth0"))
+	if err != nil || first.IPs[0].Pool != "old" {
+		t.Fatalf("first: %v %+v", err, first)
+	}
+	if err := cl.c.Delete(ctx, p, client.GracePeriodSeconds(0)); err != nil {
+		t.Fatal(err)
+	}
+	p2 := cl.pod("default", "db-0", "node-s", statefulSet("db"), annotations(map[string]string{spiderpoolpriority.AnnoIPPool: `{"ipv4":["new"]}`}))
+	second, err := n.a.Allocate(ctx, addReq(p2, "c2", "eth0"))
+	if err != nil || second.IPs[0].Pool != "new" {
+		t.Fatalf("recreated with another pool: %v %+v", err, second)
+	}
+	claims := cl.consistency(t)
+	if len(claims) != 1 {
+		t.Fatalf("the old address should be freed: %v", sortedAddrs(claims))
+	}
+	// Recreated again without a change: it keeps the new address.
+	if err := cl.c.Delete(ctx, p2, client.GracePeriodSeconds(0)); err != nil {
+		t.Fatal(err)
+	}
+	p3 := cl.pod("default", "db-0", "node-s", statefulSet("db"), annotations(map[string]string{spiderpoolpriority.AnnoIPPool: `{"ipv4":["new"]}`}))
+	third, err := n.a.Allocate(ctx, addReq(p3, "c3", "eth0"))
+	if err != nil || third.IPs[0].Address != second.IPs[0].Address {
+		t.Fatalf("recreated unchanged: %v %+v, had %s", err, third, second.IPs[0].Address)
+	}
+}

@@ -43,7 +43,9 @@
 //     ID): the same addresses are returned, claims and endpoint updated (resourceVersion) if
 //     the container ID changed. If it belongs to an earlier pod of the same StatefulSet (same
 //     name, other UID, maybe another node), the addresses are taken back: every claim's
-//     holder is updated with resourceVersion, then the endpoint.
+//     holder is updated with resourceVersion, then the endpoint. An address whose pool the
+//     pod's pool policy no longer chooses (its annotations changed) is freed instead, and that
+//     family allocated anew.
 //  3. Otherwise claims already held by (pod UID, interface) are reused (an agent killed after
 //     creating a claim, before the endpoint was written).
 //  4. Otherwise the network's policy (spiderpool-priority by default) picks candidate pools
