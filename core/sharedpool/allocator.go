@@ -215,7 +215,7 @@ func (a *Allocator) allocate(ctx context.Context, req *api.AllocateRequest) (*ap
 	}
 	w := &want{req: req, holder: v1alpha1.AddressHolder{
 		Namespace: req.Pod.Namespace, Pod: req.Pod.Name, PodUID: req.Pod.UID, Node: a.opts.Node,
-		ContainerID: req.Owner.ContainerID, Interface: req.Owner.IfName,
+		ContainerID: req.Owner.ContainerID, Interface: req.Owner.IfName, Network: req.Network,
 	}}
 	done, err := a.acquire(ctx, w.podKey())
 	if err != nil {

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/allot-ipam/allot/core/api"
 	"github.com/allot-ipam/allot/core/k8s"
@@ -390,5 +392,66 @@ func TestStatefulSetPoolChangedIsReallocated(t *testing.T) {
 	third, err := n.a.Allocate(ctx, addReq(p3, "c3", "eth0"))
 	if err != nil || third.IPs[0].Address != second.IPs[0].Address {
 		t.Fatalf("recreated unchanged: %v %+v, had %s", err, third, second.IPs[0].Address)
+	}
+}
+
+// CNI GC for one network frees this node's claims of that network whose owners the runtime
+// no longer lists, including one the agent never wrote an endpoint for; it leaves other
+// networks, StatefulSet pods and valid owners alone.
+func TestCNIGCPerNetwork(t *testing.T) {
+	cl := newCluster(t)
+	cl.pool("g", "10.70.0.0/24", []string{"10.70.0.10-10.70.0.50"}, nil)
+	killed := false
+	n := cl.node("node-g", func(context.Context, *v1alpha1.AddressClaim) error {
+		if killed {
+			return errors.New("SIGKILL")
+		}
+		return nil
+	})
+	waitPool(t, "g", n)
+	ctx := context.Background()
+	live := cl.pod("default", "live", "node-g")
+	gone := cl.pod("default", "gone", "node-g")
+	other := cl.pod("default", "other-net", "node-g")
+	sts := cl.pod("default", "st-0", "node-g", statefulSet("st"))
+	half := cl.pod("default", "half", "node-g")
+	for _, p := range []*corev1.Pod{live, gone, sts} {
+		if _, err := n.a.Allocate(ctx, addReq(p, "c-"+p.Name, "eth0")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	req := addReq(other, "c-other-net", "eth0")
+	req.Network = "storage"
+	if _, err := n.a.Allocate(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	killed = true
+	if _, err := n.a.Allocate(ctx, addReq(half, "c-half", "eth0")); err == nil {
+		t.Fatal("the hook should have ended the ADD")
+	}
+	time.Sleep(1100 * time.Millisecond) // claims must be older than the GC (1 s timestamps)
+	resp, err := n.a.GC(ctx, &api.GCRequest{Network: "underlay", Valid: []api.Owner{{ContainerID: "c-live", IfName: "eth0"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, o := range resp.Released {
+		got = append(got, o.ContainerID)
+	}
+	slices.Sort(got)
+	if !slices.Equal(got, []string{"c-gone", "c-half"}) {
+		t.Fatalf("released %v, want c-gone and c-half", got)
+	}
+	var list v1alpha1.AddressClaimList
+	if err := cl.c.List(ctx, &list); err != nil {
+		t.Fatal(err)
+	}
+	var pods []string
+	for _, c := range list.Items {
+		pods = append(pods, c.Spec.Holder.Pod+"@"+c.Spec.Holder.Network)
+	}
+	slices.Sort(pods)
+	if !slices.Equal(pods, []string{"live@underlay", "other-net@storage", "st-0@underlay"}) {
+		t.Fatalf("claims left: %v", pods)
 	}
 }

@@ -267,14 +267,21 @@ func (a *Allocator) GC(ctx context.Context, req *api.GCRequest) (*api.GCResponse
 		valid[o] = true
 	}
 	began := a.opts.Now()
-	stale := map[api.Owner]api.PodRef{}
+	type staleClaim struct {
+		pod     api.PodRef
+		network string // "" for claims written before holders recorded it
+	}
+	stale := map[api.Owner]staleClaim{}
 	for _, c := range a.idx.nodeClaims(a.opts.Node) {
 		h := c.Spec.Holder
 		o := api.Owner{ContainerID: h.ContainerID, IfName: h.Interface}
 		if valid[o] || h.StatefulSet != "" || c.CreationTimestamp.IsZero() || !c.CreationTimestamp.Time.Before(began) {
 			continue
 		}
-		stale[o] = api.PodRef{Namespace: h.Namespace, Name: h.Pod, UID: h.PodUID}
+		if h.Network != "" && h.Network != req.Network {
+			continue // another network's GC decides about it
+		}
+		stale[o] = staleClaim{pod: api.PodRef{Namespace: h.Namespace, Name: h.Pod, UID: h.PodUID}, network: h.Network}
 	}
 	owners := make([]api.Owner, 0, len(stale))
 	for o := range stale {
@@ -284,18 +291,21 @@ func (a *Allocator) GC(ctx context.Context, req *api.GCRequest) (*api.GCResponse
 	resp := &api.GCResponse{Released: []api.Owner{}}
 	var errs []error
 	for _, o := range owners {
-		pod := stale[o]
-		ep, err := a.getEndpoint(ctx, pod.Namespace, pod.Name)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("read AllotEndpoint %s/%s: %w", pod.Namespace, pod.Name, err))
-			continue
+		sc := stale[o]
+		if sc.network == "" {
+			// Older claims do not say their network; the endpoint does.
+			ep, err := a.getEndpoint(ctx, sc.pod.Namespace, sc.pod.Name)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("read AllotEndpoint %s/%s: %w", sc.pod.Namespace, sc.pod.Name, err))
+				continue
+			}
+			if ep == nil || !slices.ContainsFunc(ep.Spec.Interfaces, func(x v1alpha1.EndpointInterface) bool {
+				return x.Interface == o.IfName && x.ContainerID == o.ContainerID && x.Network == req.Network
+			}) {
+				continue
+			}
 		}
-		if ep == nil || !slices.ContainsFunc(ep.Spec.Interfaces, func(x v1alpha1.EndpointInterface) bool {
-			return x.Interface == o.IfName && x.ContainerID == o.ContainerID && x.Network == req.Network
-		}) {
-			continue
-		}
-		if err := a.release(ctx, &api.ReleaseRequest{Owner: o, Network: req.Network, Pod: pod}); err != nil {
+		if err := a.release(ctx, &api.ReleaseRequest{Owner: o, Network: req.Network, Pod: sc.pod}); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", o, err))
 			continue
 		}
@@ -331,7 +341,7 @@ func (a *Allocator) Pools(ctx context.Context) ([]api.PoolStatus, error) {
 }
 
 // Allocations implements api.Service: what interfaces of pods on this node hold, sorted by
-// owner. Network is not recorded in claims and stays empty.
+// owner.
 func (a *Allocator) Allocations(ctx context.Context) ([]api.Allocation, error) {
 	groups := map[api.Owner][]*v1alpha1.AddressClaim{}
 	for _, c := range a.idx.nodeClaims(a.opts.Node) {
@@ -347,7 +357,7 @@ func (a *Allocator) Allocations(ctx context.Context) ([]api.Allocation, error) {
 	for _, o := range owners {
 		cs := groups[o]
 		h := cs[0].Spec.Holder
-		w := &want{req: &api.AllocateRequest{Owner: o, Pod: api.PodRef{Namespace: h.Namespace, Name: h.Pod, UID: h.PodUID}}, holder: h}
+		w := &want{req: &api.AllocateRequest{Owner: o, Network: h.Network, Pod: api.PodRef{Namespace: h.Namespace, Name: h.Pod, UID: h.PodUID}}, holder: h}
 		al, _ := a.allocationOf(w, cs)
 		al.Created = cs[0].CreationTimestamp.UTC()
 		out = append(out, *al)

@@ -71,6 +71,10 @@ type AddressHolder struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
 	StatefulSet string `json:"statefulSet,omitempty"`
+	// Network is the CNI network the interface was set up for (CNI GC is per network).
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	Network string `json:"network,omitempty"`
 }
 
 // AddressClaimList is a list of AddressClaims.
