@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/allot-ipam/allot/core/api"
+	"github.com/allot-ipam/allot/core/api/frame"
 )
 
 // ErrDaemonUnreachable wraps failures to connect to allotd at all (socket missing, refused),
@@ -24,8 +25,8 @@ var ErrDaemonUnreachable = errors.New("allotd is not reachable")
 // maxAnswer bounds what is read from the daemon.
 const maxAnswer = 16 << 20
 
-// socketClient speaks allotd's local API (core/api/API.md: HTTP with JSON bodies on a unix
-// socket) with one request per connection. It exists instead of core/api/client because
+// socketClient speaks allotd's local API (core/api/API.md) with one request per connection:
+// the framed protocol (core/api/frame), or HTTP/1.0 with JSON bodies when allotd is older. It exists instead of core/api/client because
 // allot-cni is exec'd for every CNI call: net/http's package initialisation and size cost
 // about 2 ms per exec here (a third of the binary's start-up), for one request.
 // The unit tests run it against the real core/api/server.
@@ -38,29 +39,44 @@ func NewDaemon(socket string) Daemon { return &socketClient{socket: socket} }
 
 func (c *socketClient) Allocate(ctx context.Context, req *api.AllocateRequest) (*api.Allocation, error) {
 	var out api.Allocation
-	return &out, c.do(ctx, "POST", "/v1/allocate", req, &out)
+	return &out, c.do(ctx, frame.OpAllocate, "POST", "/v1/allocate", req,
+		func(b []byte) []byte { return frame.AppendAllocateRequest(b, req) },
+		func(b []byte) error { return frame.DecodeAllocation(b, &out) }, &out)
 }
 
 func (c *socketClient) Release(ctx context.Context, req *api.ReleaseRequest) error {
-	return c.do(ctx, "POST", "/v1/release", req, nil)
+	return c.do(ctx, frame.OpRelease, "POST", "/v1/release", req,
+		func(b []byte) []byte { return frame.AppendReleaseRequest(b, req) }, nil, nil)
 }
 
 func (c *socketClient) Check(ctx context.Context, req *api.CheckRequest) (*api.Allocation, error) {
 	var out api.Allocation
-	return &out, c.do(ctx, "POST", "/v1/check", req, &out)
+	return &out, c.do(ctx, frame.OpCheck, "POST", "/v1/check", req,
+		func(b []byte) []byte { return frame.AppendCheckRequest(b, req) },
+		func(b []byte) error { return frame.DecodeAllocation(b, &out) }, &out)
 }
 
 func (c *socketClient) GC(ctx context.Context, req *api.GCRequest) (*api.GCResponse, error) {
 	var out api.GCResponse
-	return &out, c.do(ctx, "POST", "/v1/gc", req, &out)
+	return &out, c.do(ctx, frame.OpGC, "POST", "/v1/gc", req,
+		func(b []byte) []byte { return frame.AppendGCRequest(b, req) },
+		func(b []byte) error { return frame.DecodeGCResponse(b, &out) }, &out)
 }
 
 func (c *socketClient) Status(ctx context.Context) (*api.Status, error) {
 	var out api.Status
-	return &out, c.do(ctx, "GET", "/v1/status", nil, &out)
+	return &out, c.do(ctx, frame.OpStatus, "GET", "/v1/status", nil, nil,
+		func(b []byte) error { return json.Unmarshal(b, &out) }, &out)
 }
 
-func (c *socketClient) do(ctx context.Context, method, path string, in, out any) error {
+// do runs one request: framed (appendReq encodes it, decode reads the answer), or, if the
+// daemon predates the framed protocol, HTTP/JSON (in and out).
+func (c *socketClient) do(ctx context.Context, op frame.Op, method, path string, in any,
+	appendReq func([]byte) []byte, decode func([]byte) error, out any) error {
+	err := c.session(ctx, path, func(conn net.Conn) error { return exchangeFramed(conn, op, appendReq, decode) })
+	if !errors.Is(err, errNotFramed) {
+		return err
+	}
 	var body []byte
 	if in != nil {
 		b, err := json.Marshal(in)
@@ -69,6 +85,68 @@ func (c *socketClient) do(ctx context.Context, method, path string, in, out any)
 		}
 		body = b
 	}
+	return c.session(ctx, path, func(conn net.Conn) error { return c.exchange(conn, method, path, body, out) })
+}
+
+// errNotFramed: the daemon answered the framed preface with HTTP (an allotd older than the
+// framed protocol).
+var errNotFramed = errors.New("allotd does not speak the framed protocol")
+
+// exchangeFramed sends the preface and one request frame in one write and reads the
+// daemon's preface and answer (core/api/frame).
+func exchangeFramed(conn net.Conn, op frame.Op, appendReq func([]byte) []byte, decode func([]byte) error) error {
+	b := make([]byte, 0, 512)
+	b = append(b, frame.Preface...)
+	b, start := frame.Begin(b, 1, op)
+	if appendReq != nil {
+		b = appendReq(b)
+	}
+	if _, err := conn.Write(frame.End(b, start)); err != nil {
+		return fmt.Errorf("allotd %s: send: %w", op, err)
+	}
+	r := bufio.NewReaderSize(io.LimitReader(conn, maxAnswer), 4096)
+	pre := make([]byte, len(frame.Preface))
+	if _, err := io.ReadFull(r, pre); err != nil {
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			// A daemon that closes without a word did not understand the preface.
+			if strings.HasPrefix(string(pre), "HTTP/") {
+				return errNotFramed
+			}
+		}
+		return fmt.Errorf("allotd %s: read answer: %w", op, err)
+	}
+	if string(pre) != frame.Preface {
+		if strings.HasPrefix(string(pre), "HTTP/") {
+			return errNotFramed
+		}
+		return fmt.Errorf("allotd %s: unexpected answer %q", op, pre)
+	}
+	id, aop, payload, err := frame.NewReader(r).Next()
+	if err != nil {
+		return fmt.Errorf("allotd %s: read answer: %w", op, err)
+	}
+	switch {
+	case id != 1:
+		return fmt.Errorf("allotd %s: answer to request %d", op, id)
+	case aop == frame.OpError:
+		e, err := frame.DecodeError(payload)
+		if err != nil {
+			return fmt.Errorf("allotd %s: decode error answer: %w", op, err)
+		}
+		return e
+	case aop != op:
+		return fmt.Errorf("allotd %s: answer has op %s", op, aop)
+	case decode == nil:
+		return nil
+	}
+	if err := decode(payload); err != nil {
+		return fmt.Errorf("allotd %s: decode answer: %w", op, err)
+	}
+	return nil
+}
+
+// session dials the daemon and runs one exchange on the connection, bounded by ctx.
+func (c *socketClient) session(ctx context.Context, path string, exchange func(net.Conn) error) error {
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "unix", c.socket)
 	if err != nil {
@@ -90,7 +168,7 @@ func (c *socketClient) do(ctx context.Context, method, path string, in, out any)
 	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
 
-	err = c.exchange(conn, method, path, body, out)
+	err = exchange(conn)
 	switch {
 	case err == nil:
 	case ctx.Err() != nil:

@@ -229,8 +229,8 @@ func serveFake(t *testing.T, svc api.Service) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := server.NewHTTPServer(server.Handler(svc, slog.New(slog.NewTextHandler(io.Discard, nil))))
+	srv := server.New(svc, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	go func() { _ = srv.Serve(l) }()
-	t.Cleanup(func() { _ = srv.Close() })
+	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
 	return sock
 }

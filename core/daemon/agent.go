@@ -97,7 +97,7 @@ func NewAgent(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Age
 	if d.apiLn, err = server.Listen(cfg.Socket); err != nil {
 		return nil, err
 	}
-	d.apiSrv = server.NewHTTPServer(server.Handler(serviceFor(cfg, d.manager, ag), log.With("component", "api")))
+	d.apiSrv = server.New(serviceFor(cfg, d.manager, ag), log.With("component", "api"))
 	return &AgentDaemon{Daemon: d, agent: ag}, nil
 }
 

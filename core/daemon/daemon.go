@@ -47,7 +47,7 @@ type Daemon struct {
 	ready    atomic.Bool
 
 	apiLn   net.Listener
-	apiSrv  *http.Server
+	apiSrv  *server.Server
 	httpLn  net.Listener
 	httpSrv *http.Server
 }
@@ -93,7 +93,7 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Daemon, 
 	if d.apiLn, err = server.Listen(cfg.Socket); err != nil {
 		return nil, err
 	}
-	d.apiSrv = server.NewHTTPServer(server.Handler(d.manager, log.With("component", "api")))
+	d.apiSrv = server.New(d.manager, log.With("component", "api"))
 	return d, nil
 }
 
@@ -161,7 +161,7 @@ func (d *Daemon) Serve(ctx context.Context) error {
 	return errors.Join(err, d.close(sctx))
 }
 
-func serveUntilClosed(s *http.Server, l net.Listener) error {
+func serveUntilClosed(s interface{ Serve(net.Listener) error }, l net.Listener) error {
 	if err := s.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}

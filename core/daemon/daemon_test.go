@@ -2,16 +2,17 @@ package daemon
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/allot-ipam/allot/core/api"
 	"github.com/allot-ipam/allot/core/api/client"
@@ -130,32 +131,54 @@ func TestClientReportsDaemonAbsent(t *testing.T) {
 
 // BenchmarkAPIAllocate measures durable allocations through the real socket API with 32
 // concurrent clients (the figure: >= 20,000 allocations/s). Each allocation is
-// fsynced before its answer; the store group-commits concurrent ones.
+// fsynced before its answer; the store group-commits concurrent ones. Each mode runs over
+// HTTP/JSON first, then over the framed protocol (one connection carrying every client's
+// requests, and one connection per client), which reports its rate relative to HTTP's
+// ("x-http").
 func BenchmarkAPIAllocate(b *testing.B) {
 	for _, mode := range []struct {
 		name   string
 		noSync bool
 	}{{"durable", false}, {"nosync", true}} {
-		b.Run(mode.name, func(b *testing.B) {
-			cfg := testConfig(b, "10.0.0.0/8", mode.noSync)
-			d, c, _ := start(b, cfg)
-			var n atomic.Int64
-			b.SetParallelism(32 / max(1, runtime.GOMAXPROCS(0)))
-			meter := benchutil.Start(b)
-			b.RunParallel(func(pb *testing.PB) {
-				ctx := context.Background()
-				for pb.Next() {
-					id := n.Add(1)
-					_, err := c.Allocate(ctx, &api.AllocateRequest{Owner: api.Owner{ContainerID: fmt.Sprintf("c%d", id), IfName: "eth0"}, Network: "n"})
-					if err != nil {
-						b.Error(err)
-						return
+		var httpRate float64
+		for _, proto := range []struct {
+			name string
+			opts client.Options
+		}{
+			{"http", client.Options{HTTP: true}},
+			{"framed", client.Options{}},
+			{"framed-32conns", client.Options{Conns: 32}},
+		} {
+			b.Run(mode.name+"/"+proto.name, func(b *testing.B) {
+				cfg := testConfig(b, "10.0.0.0/8", mode.noSync)
+				d, _, _ := start(b, cfg)
+				c := client.NewWithOptions(cfg.Socket, proto.opts)
+				defer c.Close()
+				var n atomic.Int64
+				b.SetParallelism(32 / max(1, runtime.GOMAXPROCS(0)))
+				meter := benchutil.Start(b)
+				begin := time.Now()
+				b.RunParallel(func(pb *testing.PB) {
+					ctx := context.Background()
+					for pb.Next() {
+						id := n.Add(1)
+						_, err := c.Allocate(ctx, &api.AllocateRequest{Owner: api.Owner{ContainerID: "c" + strconv.FormatInt(id, 10), IfName: "eth0"}, Network: "n"})
+						if err != nil {
+							b.Error(err)
+							return
+						}
 					}
+				})
+				meter.Stop("allocs/s")
+				rate := float64(b.N) / time.Since(begin).Seconds()
+				st := d.store.Stats()
+				b.ReportMetric(st.AvgBatchSize(), "ops/commit")
+				if proto.opts.HTTP {
+					httpRate = rate
+				} else if httpRate > 0 {
+					b.ReportMetric(rate/httpRate, "x-http")
 				}
 			})
-			meter.Stop("allocs/s")
-			st := d.store.Stats()
-			b.ReportMetric(st.AvgBatchSize(), "ops/commit")
-		})
+		}
 	}
 }
