@@ -53,7 +53,7 @@ func LoadPlugins(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *
 	used := map[string]bool{}
 	resolve := func(field, name string) (policychain.Link, error) {
 		if pol, ok := instances[name]; ok {
-			return policychain.Link{Name: name, Policy: pol}, nil
+			return policychain.Link{Name: name, Policy: pol, Inline: used[name]}, nil
 		}
 		for _, l := range p.loaded {
 			if l.Name == name {
@@ -72,8 +72,8 @@ func LoadPlugins(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *
 			return policychain.Link{}, fmt.Errorf("policy.config.%s: %w", name, err)
 		}
 		instances[name] = pol
-		used[name] = true
-		return policychain.Link{Name: name, Policy: pol}, nil
+		used[name] = true // built-in
+		return policychain.Link{Name: name, Policy: pol, Inline: true}, nil
 	}
 	build := func(field string, ch config.Chain) (*policychain.Chain, error) {
 		pc := policychain.Config{Timeout: cfg.Policy.Timeout, Logger: log, OnError: p.recordError}

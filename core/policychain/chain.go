@@ -31,6 +31,11 @@ var (
 type Link struct {
 	Name   string
 	Policy policy.PoolPolicy
+	// Inline marks in-process code that answers in microseconds and never blocks (the
+	// built-in policies): it runs on the caller's goroutine with panic containment but
+	// without the timer, goroutine and channel that make a call abandonable — those cost
+	// more than the decision itself. Plugins are never inline.
+	Inline bool
 }
 
 // Config configures a Chain.
@@ -220,7 +225,7 @@ func (c *Chain) report(name string, err error) {
 
 // podOnce calls one policy with containment and validates its answer.
 func (c *Chain) podOnce(ctx context.Context, l Link, req *policy.PodRequest) (policy.PodDecision, error) {
-	d, err := call(ctx, c.timeout, func(ctx context.Context) (policy.PodDecision, error) {
+	d, err := call(ctx, c.linkTimeout(l), func(ctx context.Context) (policy.PodDecision, error) {
 		return l.Policy.SelectPodPools(ctx, req)
 	})
 	if err != nil {
@@ -233,7 +238,7 @@ func (c *Chain) podOnce(ctx context.Context, l Link, req *policy.PodRequest) (po
 }
 
 func (c *Chain) nodeOnce(ctx context.Context, l Link, req *policy.NodeRequest) (policy.NodeDecision, error) {
-	d, err := call(ctx, c.timeout, func(ctx context.Context) (policy.NodeDecision, error) {
+	d, err := call(ctx, c.linkTimeout(l), func(ctx context.Context) (policy.NodeDecision, error) {
 		return l.Policy.SelectNodeCIDRConfig(ctx, req)
 	})
 	if err != nil {
@@ -243,6 +248,14 @@ func (c *Chain) nodeOnce(ctx context.Context, l Link, req *policy.NodeRequest) (
 		return policy.NodeDecision{}, err
 	}
 	return d, nil
+}
+
+// linkTimeout is the bound of one call of l: none for inline links (see Link.Inline).
+func (c *Chain) linkTimeout(l Link) time.Duration {
+	if l.Inline {
+		return 0
+	}
+	return c.timeout
 }
 
 // call runs f with panic containment and, with a timeout, abandons it when the bound passes.

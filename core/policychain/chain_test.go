@@ -338,3 +338,31 @@ func BenchmarkDecision(b *testing.B) {
 		_, _ = c.SelectPodPools(ctx, req)
 	}
 }
+
+// An inline link runs on the caller's goroutine: its deadline is the caller's, not the
+// chain's timeout, and a panic is still contained and falls through to the fallback.
+func TestInlineLink(t *testing.T) {
+	slow := fake{pod: func(ctx context.Context, r *policy.PodRequest) (policy.PodDecision, error) {
+		if _, ok := ctx.Deadline(); ok {
+			return policy.PodDecision{}, errors.New("inline link got the chain's deadline")
+		}
+		time.Sleep(30 * time.Millisecond) // longer than the chain's 5ms bound
+		return decided("a"), nil
+	}}
+	c, err := New(Config{Policies: []Link{{Name: "slow", Policy: slow, Inline: true}}, Timeout: 5 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := c.SelectPodPools(context.Background(), podReq())
+	if err != nil || d.Code != policy.Decided || d.IPv4[0].Pool != "a" {
+		t.Fatalf("inline: %+v %v", d, err)
+	}
+	c, err = New(Config{Policies: []Link{{Name: "boom", Policy: panicking, Inline: true}}, Fallback: &Link{Name: "fb", Policy: pickB}, Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err = c.SelectPodPools(context.Background(), podReq())
+	if err != nil || d.Code != policy.Decided || d.IPv4[0].Pool != "b" {
+		t.Fatalf("inline panic: %+v %v", d, err)
+	}
+}
