@@ -2,6 +2,8 @@ package pluginrpc
 
 import (
 	"context"
+	"fmt"
+	"sync/atomic"
 
 	"github.com/hashicorp/go-plugin"
 	"google.golang.org/grpc"
@@ -68,7 +70,10 @@ func (s *poolPolicyServer) SelectNodeCIDRConfig(ctx context.Context, m *pb.NodeR
 // PoolPolicyClient is a policy.PoolPolicy that calls a plugin over gRPC.
 type PoolPolicyClient struct {
 	metaClient
-	c rpc.PoolPolicyClient
+	cc grpc.ClientConnInterface
+	c  rpc.PoolPolicyClient
+	// lastReqSize sizes the next request buffer.
+	lastReqSize atomic.Int64
 }
 
 var (
@@ -78,13 +83,20 @@ var (
 
 // NewPoolPolicyClient returns a pool policy that calls the plugin behind cc.
 func NewPoolPolicyClient(cc grpc.ClientConnInterface) *PoolPolicyClient {
-	return &PoolPolicyClient{metaClient: newMetaClient(cc), c: rpc.NewPoolPolicyClient(cc)}
+	return &PoolPolicyClient{metaClient: newMetaClient(cc), cc: cc, c: rpc.NewPoolPolicyClient(cc)}
 }
 
 // SelectPodPools implements policy.PoolPolicy.
 func (c *PoolPolicyClient) SelectPodPools(ctx context.Context, req *policy.PodRequest) (policy.PodDecision, error) {
-	m, err := c.c.SelectPodPools(ctx, wire.PodRequestToProto(req))
+	if req == nil {
+		return policy.PodDecision{}, fmt.Errorf("%w: pod request is nil", wire.ErrInvalid)
+	}
+	raw, err := c.encodePodRequest(req)
 	if err != nil {
+		return policy.PodDecision{}, err
+	}
+	m := new(pb.PodDecision)
+	if err := c.cc.Invoke(ctx, rpc.PoolPolicy_SelectPodPools_FullMethodName, raw, m, forceRaw); err != nil {
 		return policy.PodDecision{}, fromStatus(ctx, "pool-policy SelectPodPools", err)
 	}
 	return wire.PodDecisionFromProto(m)

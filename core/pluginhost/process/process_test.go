@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/allot-ipam/allot/core/pluginhost/process/testdata/labelpolicy"
+	"github.com/allot-ipam/allot/internal/benchutil"
 	"github.com/allot-ipam/allot/sdk/pluginrpc"
 	"github.com/allot-ipam/allot/sdk/policy"
 	"github.com/allot-ipam/allot/sdk/version"
@@ -487,4 +488,20 @@ func cpuTime(b *testing.B, pid int) time.Duration {
 	ut, _ := strconv.ParseInt(f[11], 10, 64)
 	st, _ := strconv.ParseInt(f[12], 10, 64)
 	return time.Duration(ut+st) * 10 * time.Millisecond
+}
+
+// BenchmarkBuiltinPolicyDecision: the same decision with the policy called in-process (the
+// built-in transport), the reference the transport benchmarks are compared with.
+func BenchmarkBuiltinPolicyDecision(b *testing.B) {
+	var pol policy.PoolPolicy = labelpolicy.Policy{}
+	req := podRequest("bench", nil, 20)
+	ctx := context.Background()
+	b.ReportAllocs()
+	m := benchutil.Start(b)
+	for b.Loop() {
+		if _, err := pol.SelectPodPools(ctx, req); err != nil {
+			b.Fatal(err)
+		}
+	}
+	m.Stop("decisions/s")
 }

@@ -47,11 +47,31 @@ func richRequest() *policy.PodRequest {
 	return r
 }
 
+// TestAppendPodRequestMatchesProtoMarshal: the encoder writes proto.Marshal's bytes, except
+// that each pool's free count comes first in its record (see encoder.pool).
 func TestAppendPodRequestMatchesProtoMarshal(t *testing.T) {
 	for _, r := range []*policy.PodRequest{richRequest(), podRequest("p", nil), {}} {
-		want, err := proto.Marshal(wire.PodRequestToProto(r))
+		m := wire.PodRequestToProto(r)
+		pools := m.Pools
+		m.Pools = nil
+		want, err := proto.Marshal(m)
 		if err != nil {
 			t.Fatal(err)
+		}
+		for _, pv := range pools {
+			var rec []byte
+			if pv.Free != 0 {
+				rec = protowire.AppendTag(rec, fPvFree, protowire.VarintType)
+				rec = protowire.AppendVarint(rec, pv.Free)
+			}
+			pv.Free = 0
+			body, err := proto.Marshal(pv)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rec = append(rec, body...)
+			want = protowire.AppendTag(want, fPodReqPools, protowire.BytesType)
+			want = protowire.AppendBytes(want, rec)
 		}
 		got, err := appendPodRequest([]byte("prefix"), r)
 		if err != nil {
@@ -59,6 +79,10 @@ func TestAppendPodRequestMatchesProtoMarshal(t *testing.T) {
 		}
 		if !bytes.Equal(got[6:], want) || string(got[:6]) != "prefix" {
 			t.Errorf("encodings differ:\n got %x\nwant %x", got[6:], want)
+		}
+		var back pb.PodRequest
+		if err := proto.Unmarshal(got[6:], &back); err != nil || !proto.Equal(&back, wire.PodRequestToProto(r)) {
+			t.Errorf("round trip: %v\n got %v\nwant %v", err, &back, wire.PodRequestToProto(r))
 		}
 	}
 }

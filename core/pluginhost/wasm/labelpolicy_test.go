@@ -5,6 +5,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/allot-ipam/allot/core/pluginhost/process/testdata/labelpolicy"
 	"github.com/allot-ipam/allot/internal/benchutil"
 	"github.com/allot-ipam/allot/sdk/policy"
 )
@@ -110,6 +111,22 @@ func BenchmarkWASMPolicyDecisionPoolsChange(b *testing.B) {
 	for b.Loop() {
 		req.Pools[3].Free++
 		if _, err := p.SelectPodPools(ctx, req); err != nil {
+			b.Fatal(err)
+		}
+	}
+	m.Stop("decisions/s")
+}
+
+// BenchmarkBuiltinPolicyDecision: a label policy called in-process (the built-in transport)
+// on the same request, the reference the WASM benchmarks are compared with.
+func BenchmarkBuiltinPolicyDecision(b *testing.B) {
+	var pol policy.PoolPolicy = labelpolicy.Policy{}
+	req := podRequest("web", map[string]string{"allot.io/pool": "pool-v4-07"})
+	ctx := context.Background()
+	b.ReportAllocs()
+	m := benchutil.Start(b)
+	for b.Loop() {
+		if _, err := pol.SelectPodPools(ctx, req); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -1,7 +1,6 @@
 package guest
 
 import (
-	"slices"
 	"unsafe"
 
 	"github.com/allot-ipam/allot/sdk/policy"
@@ -9,71 +8,144 @@ import (
 )
 
 // reqCache remembers the decoded form of the parts of a pod request that rarely change from
-// one call to the next: the pool views (they change when a pool is added or its counters
-// move), the node (an agent always asks for its own node) and the namespace. Decoding
-// twenty pool views is most of a call's work in a wasm guest, and comparing their encoded
-// bytes with the last ones is a fraction of it, so a repeat costs a memcmp and one copy of
-// the pool slice instead of a decode.
+// one call to the next: each pool view, the node (an agent always asks for its own node),
+// the namespace, and the pod's label and annotation maps (pods of one workload carry the
+// same ones). Decoding twenty pool views is most of a call's work in a wasm guest, and
+// comparing their encoded bytes with the last ones is a fraction of it, so a repeat costs a
+// memcmp per part instead of a decode.
+//
+// Pools are cached one by one, by position: allocating an address changes one pool's free
+// count, and only that pool's record differs from the previous request. The host writes
+// each pool's free count first in its record (sdk/ABI.md), so the cache compares the rest of
+// the record and takes the count from the prefix: a changed free count costs one varint.
+// A record from another encoder (free elsewhere, or absent) is compared whole.
 //
 // Sharing is safe because the contract says the views are read-only; the top-level Pools
-// slice is still copied per call, so a policy that sorts or filters r.Pools in place (the
+// slice is still built per call, so a policy that sorts or filters r.Pools in place (the
 // usual way to "modify" it) cannot corrupt the cache. The cached bytes are views of a
 // private copy of an earlier request, which is never written again.
 //
 // The exports run one at a time per instance, so the cache needs no lock.
 type reqCache struct {
-	pools     []byte
-	poolViews []policy.PoolView
-	node      []byte
-	nodeVal   policy.Node
-	ns        []byte
-	nsVal     policy.Namespace
+	pools          []poolEntry
+	node           []byte
+	nodeVal        policy.Node
+	ns             []byte
+	nsVal          policy.Namespace
+	podLabels      mapCache
+	podAnnotations mapCache
+}
+
+// poolEntry is one decoded pool view and the record bytes it came from, minus a leading
+// free count when splitFree is set (view.Free is then replaced per request).
+type poolEntry struct {
+	rest      []byte
+	splitFree bool
+	view      policy.PoolView
+}
+
+// mapCache is a decoded map and the run of encoded entries it came from.
+type mapCache struct {
+	b []byte
+	m map[string]string
 }
 
 var podCache reqCache
 
-// poolsSpan returns the bytes of the pool records of an encoded PodRequest, if they are
-// contiguous (they are with every standard encoder, which writes fields in order), and how
-// many there are.
-func poolsSpan(b []byte) (span []byte, n int, ok bool) {
-	start, end := -1, -1
-	off := 0
-	for off < len(b) {
-		num, typ, tn := protowire.ConsumeTag(b[off:])
-		if tn < 0 {
-			return nil, 0, false
-		}
-		vn := protowire.ConsumeFieldValue(num, typ, b[off+tn:])
-		if vn < 0 {
-			return nil, 0, false
-		}
-		if num == podReqPools {
-			if start < 0 {
-				start = off
-			} else if end != off {
-				return nil, 0, false // interleaved with other fields: decode without the cache
-			}
-			end = off + tn + vn
-			n++
-		}
-		off += tn + vn
+// freeTag is the tag byte of PoolView.free (field 6, varint).
+const freeTag = pvFree<<3 | byte(protowire.VarintType)
+
+// splitFreePrefix splits a pool record into a leading free count and the rest.
+func splitFreePrefix(rec []byte) (free uint64, rest []byte, ok bool) {
+	if len(rec) == 0 || rec[0] != freeTag {
+		return 0, rec, false
 	}
-	if start < 0 {
-		return nil, 0, true
+	v, n := protowire.ConsumeVarint(rec[1:])
+	if n < 0 {
+		return 0, rec, false
 	}
-	return b[start:end], n, true
+	return v, rec[1+n:], true
 }
 
-// lookupPools returns a fresh copy of the cached pool views if span is what they were
-// decoded from.
-func (c *reqCache) lookupPools(span []byte) ([]policy.PoolView, bool) {
-	if c.poolViews == nil || !equalBytes(span, c.pools) {
-		return nil, false
+// poolView decodes the pool record r holds into v, or copies the cached view when the record
+// (apart from a leading free count) is the one cached at this position.
+func (c *reqCache) poolView(r *reader, v *policy.PoolView) {
+	i := r.index
+	free, rest, split := splitFreePrefix(r.b)
+	if i < len(c.pools) {
+		if e := &c.pools[i]; e.rest != nil && e.splitFree == split && equalBytes(rest, e.rest) {
+			*v = e.view
+			if split {
+				v.Free = free
+			}
+			r.b = nil
+			return
+		}
 	}
-	if len(c.poolViews) == 0 {
-		return nil, true
+	// A record whose rest carries free again (last one wins in protobuf) is cached whole.
+	if split && countFields(rest)[pvFree] > 0 {
+		split, rest = false, r.b
 	}
-	return slices.Clone(c.poolViews), true
+	decodePoolView(r, v)
+	if r.err != nil {
+		return
+	}
+	e := poolEntry{rest: rest, splitFree: split, view: *v}
+	if len(e.rest) == 0 {
+		e.rest = []byte{} // non-nil: an empty record is cacheable too
+	}
+	if i < len(c.pools) {
+		c.pools[i] = e
+	} else if i == len(c.pools) {
+		c.pools = append(c.pools, e)
+	}
+	// Each entry is self-consistent (a view and the bytes it came from), so entries updated
+	// by a request that then fails to decode are still correct.
+}
+
+// cachedMap decodes the run of map entries of field num starting at r.b (the first entry's
+// tag is already consumed) into *m, reusing mc's map when the run's bytes are the same. A
+// run interrupted by other fields is decoded without the cache.
+func (r *reader) cachedMap(num protowire.Number, typ protowire.Type, field string, m *map[string]string, hint int, mc *mapCache) {
+	if *m != nil || typ != protowire.BytesType {
+		r.mapEntry(typ, field, m, hint)
+		return
+	}
+	// The run: this entry's value, then every directly following entry of the same field.
+	end := protowire.ConsumeFieldValue(num, typ, r.b)
+	if end < 0 {
+		r.mapEntry(typ, field, m, hint) // reports the error
+		return
+	}
+	for end < len(r.b) {
+		n2, t2, tn := protowire.ConsumeTag(r.b[end:])
+		if tn < 0 || n2 != num || t2 != protowire.BytesType {
+			break
+		}
+		vn := protowire.ConsumeFieldValue(n2, t2, r.b[end+tn:])
+		if vn < 0 {
+			break
+		}
+		end += tn + vn
+	}
+	run := r.b[:end]
+	if mc.m != nil && equalBytes(run, mc.b) {
+		*m = mc.m
+		r.b = r.b[end:]
+		return
+	}
+	s := reader{a: r.a, b: run, msg: r.msg, index: -1}
+	s.mapEntry(protowire.BytesType, field, m, hint)
+	for n2, t2, ok := s.next(); ok; n2, t2, ok = s.next() {
+		_ = n2 // every field in the run is num
+		s.mapEntry(t2, field, m, hint)
+	}
+	if s.err != nil {
+		r.err = s.err // the entries' errors already name field
+		return
+	}
+	r.b = r.b[end:]
+	mc.b, mc.m = run, *m
 }
 
 // equalBytes is bytes.Equal eight bytes at a time. Go's wasm port implements bytes.Equal

@@ -3,7 +3,6 @@ package guest
 import (
 	"fmt"
 	"net/netip"
-	"slices"
 
 	"github.com/allot-ipam/allot/sdk/policy"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -212,19 +211,11 @@ func (r *reader) mapEntry(typ protowire.Type, field string, m *map[string]string
 func idx(field string, i int) string { return fmt.Sprintf("%s[%d]", field, i) }
 
 // decodePodRequest decodes a PodRequest with the validation sdk/wire.PodRequestFromProto
-// applies.
+// applies, reusing what podCache decoded earlier where the bytes are the same (cache.go).
 func decodePodRequest(b []byte) (*policy.PodRequest, error) {
 	r := reader{a: newArena(b), msg: msgPodRequest, index: -1}
 	r.b = r.a.src
 	out := &policy.PodRequest{}
-	span, n, cacheable := poolsSpan(r.b)
-	cached := false
-	if cacheable {
-		out.Pools, cached = podCache.lookupPools(span)
-	}
-	if !cached && n > 0 {
-		out.Pools = make([]policy.PoolView, 0, n)
-	}
 	var nodeBytes, nsBytes []byte
 	for num, typ, ok := r.next(); ok; num, typ, ok = r.next() {
 		switch num {
@@ -253,13 +244,12 @@ func decodePodRequest(b []byte) (*policy.PodRequest, error) {
 			decodeCNI(&s, &out.CNI)
 			r.adopt(&s)
 		case podReqPools:
-			if cached {
-				r.skip(num, typ)
-				continue
+			if out.Pools == nil {
+				out.Pools = make([]policy.PoolView, 0, max(len(podCache.pools), 4))
 			}
+			s := r.subAt(typ, fieldPools, len(out.Pools))
 			out.Pools = append(out.Pools, policy.PoolView{})
-			s := r.subAt(typ, fieldPools, len(out.Pools)-1)
-			decodePoolView(&s, &out.Pools[len(out.Pools)-1])
+			podCache.poolView(&s, &out.Pools[len(out.Pools)-1])
 			r.adopt(&s)
 		default:
 			r.skip(num, typ)
@@ -269,13 +259,7 @@ func decodePodRequest(b []byte) (*policy.PodRequest, error) {
 		return nil, r.err
 	}
 	// Remember what was decoded; the byte slices are views of r.a.src, never written again.
-	if cacheable && !cached {
-		podCache.pools, podCache.poolViews = span, out.Pools
-		out.Pools = slices.Clone(out.Pools)
-		if podCache.poolViews == nil {
-			podCache.poolViews = []policy.PoolView{} // "no pools" is cacheable too
-		}
-	}
+	podCache.pools = podCache.pools[:len(out.Pools)]
 	if nodeBytes != nil {
 		podCache.node, podCache.nodeVal = nodeBytes, out.Node
 	}
@@ -296,9 +280,9 @@ func decodePod(r *reader, p *policy.Pod) {
 		case podUID:
 			p.UID = r.str(typ, "uid")
 		case podLabels:
-			r.mapEntry(typ, "labels", &p.Labels, c[podLabels])
+			r.cachedMap(num, typ, "labels", &p.Labels, c[podLabels], &podCache.podLabels)
 		case podAnnotations:
-			r.mapEntry(typ, "annotations", &p.Annotations, c[podAnnotations])
+			r.cachedMap(num, typ, "annotations", &p.Annotations, c[podAnnotations], &podCache.podAnnotations)
 		case podOwnerKind:
 			p.OwnerKind = r.str(typ, "owner_kind")
 		case podOwnerName:

@@ -346,3 +346,103 @@ func TestEqualBytes(t *testing.T) {
 		}
 	}
 }
+
+// freeFirst encodes m as the allot host does: each pool's free count first in its record.
+func freeFirst(t *testing.T, m *pb.PodRequest) []byte {
+	t.Helper()
+	m = proto.Clone(m).(*pb.PodRequest)
+	pools := m.Pools
+	m.Pools = nil
+	b, err := proto.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pv := range pools {
+		var rec []byte
+		if pv.Free != 0 {
+			rec = protowire.AppendTag(rec, pvFree, protowire.VarintType)
+			rec = protowire.AppendVarint(rec, pv.Free)
+		}
+		pv.Free = 0
+		body, err := proto.Marshal(pv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b = protowire.AppendTag(b, podReqPools, protowire.BytesType)
+		b = protowire.AppendBytes(b, append(rec, body...))
+	}
+	return b
+}
+
+// TestDecodePodRequestCacheAgrees: a sequence of requests, each a small change from the
+// last, decoded with the cache warm from the previous ones, gives what sdk/wire gives.
+func TestDecodePodRequestCacheAgrees(t *testing.T) {
+	podCache = reqCache{}
+	steps := []struct {
+		name string
+		mut  func(*policy.PodRequest)
+	}{
+		{"first", func(*policy.PodRequest) {}},
+		{"same again", func(*policy.PodRequest) {}},
+		{"free moves", func(r *policy.PodRequest) { r.Pools[0].Free-- }},
+		{"free to zero", func(r *policy.PodRequest) { r.Pools[1].Free = 0 }},
+		{"free back", func(r *policy.PodRequest) { r.Pools[1].Free = 7 }},
+		{"pool renamed", func(r *policy.PodRequest) { r.Pools[2].Name = "renamed" }},
+		{"pool disabled", func(r *policy.PodRequest) { r.Pools[0].Disabled = false }},
+		{"pod labels change", func(r *policy.PodRequest) { r.Pod.Labels = map[string]string{"app": "db"} }},
+		{"pod labels go", func(r *policy.PodRequest) { r.Pod.Labels, r.Pod.Annotations = nil, nil }},
+		{"pod labels back", func(r *policy.PodRequest) { r.Pod.Labels = map[string]string{"app": "db"} }},
+		{"pool removed", func(r *policy.PodRequest) { r.Pools = r.Pools[1:] }},
+		{"pools reordered", func(r *policy.PodRequest) { slices.Reverse(r.Pools) }},
+		{"pool added", func(r *policy.PodRequest) {
+			r.Pools = append(r.Pools, policy.PoolView{Name: "new", Family: policy.IPv4, Free: 3})
+		}},
+		{"no pools", func(r *policy.PodRequest) { r.Pools = nil }},
+		{"pools again", func(r *policy.PodRequest) { r.Pools = richPodRequest().Pools }},
+	}
+	req := richPodRequest()
+	for _, st := range steps {
+		st.mut(req)
+		m := wire.PodRequestToProto(req)
+		want, err := wire.PodRequestFromProto(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		std, err := proto.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Alternate the host's layout and the standard one: the cache must not mix them up.
+		for _, layout := range []struct {
+			name string
+			b    []byte
+		}{{"host", freeFirst(t, m)}, {"standard", std}, {"host", freeFirst(t, m)}} {
+			got, err := decodePodRequest(layout.b)
+			if err != nil {
+				t.Fatalf("%s (%s layout): %v", st.name, layout.name, err)
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("%s (%s layout): decode mismatch\n got %+v\nwant %+v", st.name, layout.name, got, want)
+			}
+		}
+	}
+	// A policy sorting r.Pools in place cannot corrupt the cache.
+	b := freeFirst(t, wire.PodRequestToProto(req))
+	got, _ := decodePodRequest(b)
+	slices.Reverse(got.Pools)
+	again, _ := decodePodRequest(b)
+	if again.Pools[0].Name != req.Pools[0].Name {
+		t.Errorf("cache corrupted by an in-place sort: first pool %q", again.Pools[0].Name)
+	}
+	// A record carrying free twice (last one wins) is not split.
+	rec := protowire.AppendVarint(protowire.AppendTag(nil, pvFree, protowire.VarintType), 5)
+	rec = protowire.AppendVarint(protowire.AppendTag(rec, pvFamily, protowire.VarintType), familyIPv4)
+	rec = protowire.AppendVarint(protowire.AppendTag(rec, pvFree, protowire.VarintType), 9)
+	twice := protowire.AppendBytes(protowire.AppendTag(nil, podReqPools, protowire.BytesType), rec)
+	for range 2 {
+		r, err := decodePodRequest(twice)
+		if err != nil || r.Pools[0].Free != 9 {
+			t.Fatalf("free twice: %+v, %v; want free 9", r, err)
+		}
+	}
+}
