@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"slices"
 	"strings"
@@ -121,7 +122,12 @@ func (m *Manager) DropPool(name string, fam policy.Family) error {
 
 // AddCIDR adds block c to pool name (created if needed). Adding a block the pool already
 // has is a no-op.
-func (m *Manager) AddCIDR(name string, c netip.Prefix) error {
+func (m *Manager) AddCIDR(name string, c netip.Prefix) error { return m.addCIDR(name, c, nil) }
+
+// addCIDR adds block c with its addressing (nil: the block's own). The addressing is in
+// place before waiting ADDs are woken, all under one hold of the lock: an ADD must never
+// take an address of the block before it knows how to present it.
+func (m *Manager) addCIDR(name string, c netip.Prefix, ad *Addressing) error {
 	if m.opts.Dynamic == nil {
 		return ErrNotDynamic
 	}
@@ -135,7 +141,17 @@ func (m *Manager) AddCIDR(name string, c netip.Prefix) error {
 	if err != nil {
 		return err
 	}
+	setAddressing := func() {
+		if ad == nil {
+			return
+		}
+		if p.addressing == nil {
+			p.addressing = map[netip.Prefix]Addressing{}
+		}
+		p.addressing[c] = *ad
+	}
 	if slices.Contains(p.prefix, c) {
+		setAddressing()
 		return nil
 	}
 	for _, ok := range m.poolKeys {
@@ -149,6 +165,7 @@ func (m *Manager) AddCIDR(name string, c netip.Prefix) error {
 		return fmt.Errorf("ipam: %w", err)
 	}
 	p.prefix = p.alloc.CIDRs()
+	setAddressing()
 	// Addresses held before the block was known (restored from the store) are taken
 	// before anything is handed out from it.
 	var held []netip.Addr
@@ -163,7 +180,11 @@ func (m *Manager) AddCIDR(name string, c netip.Prefix) error {
 			m.log.Warn("marking a held address in a new block", "addr", a, "pool", name, "err", err)
 		}
 	}
-	m.log.Info("block added", "pool", name, "cidr", c, "held", len(held))
+	lvl := slog.LevelInfo
+	if c.Bits() == c.Addr().BitLen() {
+		lvl = slog.LevelDebug // single-address blocks (ENI mode) come by the hundred
+	}
+	m.log.Log(context.Background(), lvl, "block added", "pool", name, "cidr", c, "held", len(held))
 	m.broadcastLocked()
 	m.updatePoolMetricsLocked()
 	m.changedLocked()
@@ -188,18 +209,7 @@ func (m *Manager) AddCIDRWith(name string, c netip.Prefix, ad Addressing) error 
 	if ad.Gateway.IsValid() && ad.Gateway.Is4() != c.Addr().Is4() {
 		return fmt.Errorf("ipam: pool %q: block %s: gateway %s is of another family", name, c, ad.Gateway)
 	}
-	if err := m.AddCIDR(name, c); err != nil {
-		return err
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if p, ok := m.pools[poolKey{name, famOf(c.Addr())}]; ok {
-		if p.addressing == nil {
-			p.addressing = map[netip.Prefix]Addressing{}
-		}
-		p.addressing[c] = ad
-	}
-	return nil
+	return m.addCIDR(name, c, &ad)
 }
 
 // ErrBlockInUse: RemoveCIDR of a block with an address taken.

@@ -310,3 +310,51 @@ func TestStaticManagerRefusesDynamicOps(t *testing.T) {
 		t.Fatalf("AddCIDR on static manager: %v", err)
 	}
 }
+
+// ADDs waiting for a block that arrives with its addressing (ENI mode: a single address of a
+// /24 subnet with its router) all see the addressing: none is woken before it is in place.
+func TestDynamicWaitersSeeAddressing(t *testing.T) {
+	r := newDynRig(t, 10*time.Second)
+	mustNoErr(t, r.m.EnsurePool("blue", policy.IPv4))
+	const n = 8
+	done := make(chan *api.Allocation, n)
+	errs := make(chan error, n)
+	for i := range n {
+		r.annot[fmt.Sprint("p", i)] = "blue"
+	}
+	for i := range n {
+		pod := fmt.Sprint("p", i)
+		go func() {
+			a, err := r.m.Allocate(context.Background(), podAdd("c"+pod, pod))
+			if err != nil {
+				errs <- err
+				return
+			}
+			done <- a
+		}()
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for usageOf(r.m, "blue", policy.IPv4).Pending != n {
+		if time.Now().After(deadline) {
+			t.Fatal("requests never became pending")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	gw := netip.MustParseAddr("10.9.0.1")
+	for i := range n {
+		ad := netip.AddrFrom4([4]byte{10, 9, 0, byte(10 + i)})
+		mustNoErr(t, r.m.AddCIDRWith("blue", netip.PrefixFrom(ad, 32), Addressing{Bits: 24, Gateway: gw}))
+	}
+	for range n {
+		select {
+		case a := <-done:
+			if p := netip.MustParsePrefix(a.IPs[0].Address); p.Bits() != 24 || a.IPs[0].Gateway != "10.9.0.1" {
+				t.Fatalf("allocation %+v: want the subnet's /24 and router", a.IPs[0])
+			}
+		case err := <-errs:
+			t.Fatal(err)
+		case <-time.After(10 * time.Second):
+			t.Fatal("an ADD never finished")
+		}
+	}
+}
