@@ -226,8 +226,26 @@ func runCrashChild(t *testing.T, path string, round int, delay time.Duration) []
 		_ = cmd.Wait()
 		t.Fatalf("round %d: child not ready after 30s", round)
 	}
-	timer := time.AfterFunc(delay, func() { _ = cmd.Process.Signal(syscall.SIGKILL) })
+	// The kill comes delay after the first acknowledgement, not after READY: on a loaded
+	// machine the child may not have committed anything yet when a fixed delay runs out,
+	// and a round that kills an idle child tests nothing.
 	var lines []string
+	select {
+	case l, ok := <-lineCh:
+		if ok && strings.HasPrefix(l, "ERR") {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			t.Fatalf("round %d: child: %s", round, l)
+		}
+		if ok {
+			lines = append(lines, l)
+		}
+	case <-time.After(30 * time.Second):
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		t.Fatalf("round %d: child acknowledged nothing in 30s", round)
+	}
+	timer := time.AfterFunc(delay, func() { _ = cmd.Process.Signal(syscall.SIGKILL) })
 	for l := range lineCh {
 		if strings.HasPrefix(l, "ERR") {
 			timer.Stop()
