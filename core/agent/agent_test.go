@@ -30,12 +30,14 @@ import (
 	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 )
 
 func TestMain(m *testing.M) {
 	if os.Getenv("ALLOT_TEST_LOG") == "" {
 		klog.SetLogger(logr.Discard()) // client-go's reflector chatter while the API server is down
 	}
+	ctrllog.SetLogger(logr.Discard()) // controller-runtime's "SetLogger was never called" stack trace
 	os.Exit(m.Run())
 }
 

@@ -14,17 +14,24 @@ import (
 	"github.com/allot-ipam/allot/core/ipam"
 	"github.com/allot-ipam/allot/core/k8s/apis/allot/v1alpha1"
 	ciliumannotations "github.com/allot-ipam/allot/plugins/policy/cilium-annotations"
+	"github.com/go-logr/logr"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 )
 
 var klogOnce sync.Once
 
-// RouteKlog sends client-go's logs (reflectors, leader election) through allotd's slog
-// logger instead of klog's own stderr format. Once per process: klog is global.
+// RouteKlog sends client-go's logs (reflectors, leader election) and controller-runtime's
+// (the agent's informer cache) through allotd's slog logger instead of klog's own stderr
+// format; without the latter, controller-runtime prints a stack trace 30 s after start. Once
+// per process: both loggers are global.
 func RouteKlog(log *slog.Logger) {
-	klogOnce.Do(func() { klog.SetSlogLogger(log.With("component", "client-go")) })
+	klogOnce.Do(func() {
+		klog.SetSlogLogger(log.With("component", "client-go"))
+		ctrllog.SetLogger(logr.FromSlogHandler(log.With("component", "controller-runtime").Handler()))
+	})
 }
 
 // AgentDaemon is allotd in agent mode: the standalone daemon's local API, CNI path and
