@@ -17,6 +17,7 @@ const (
 	exportAlloc           = "allot_alloc"                   // (size u32) -> ptr u32
 	exportSelectPodPools  = "allot_select_pod_pools"        // (ptr, len u32) -> packed frame
 	exportSelectNodeCIDR  = "allot_select_node_cidr_config" // (ptr, len u32) -> packed frame
+	// exportFeatures (optional, () -> i64 feature bits) is in poolrefs.go with its feature.
 
 	// wasiModule is the only module a guest may import from.
 	wasiModule = "wasi_snapshot_preview1"

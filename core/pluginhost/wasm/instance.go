@@ -28,6 +28,12 @@ type instance struct {
 	// stack is reused for every CallWithStack so a call allocates nothing on the host side.
 	stack [2]uint64
 
+	// pools mirrors the guest's per-position pool cache for pool references (poolrefs.go);
+	// refReq is the buffer the request with references is built in.
+	pools  []pooledRecord
+	refReq []byte
+	refRun []uint64
+
 	// The watchdog of an instrumented module (interrupt.go); stop is nil when the module
 	// could not be instrumented and wazero enforces deadlines itself.
 	stop  api.MutableGlobal

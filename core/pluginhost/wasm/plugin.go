@@ -110,6 +110,8 @@ type Plugin struct {
 	// instrumented: the module carries the interrupt global and loop checks (interrupt.go)
 	// and the runtime runs without WithCloseOnContextDone.
 	instrumented bool
+	// poolRefs: the guest takes pool references (allot_features, poolrefs.go).
+	poolRefs bool
 
 	// slots holds one entry per instance the plugin may have: an idle instance, or nil for
 	// an empty slot that the next caller fills. Taking an entry is the right to run one
@@ -276,6 +278,7 @@ func checkModule(cm wazero.CompiledModule) error {
 	}{
 		{exportContractVersion, nil, []api.ValueType{i64}, false},
 		{exportPluginInfo, nil, []api.ValueType{i64}, true},
+		{exportFeatures, nil, []api.ValueType{i64}, true},
 		{exportAlloc, []api.ValueType{i32}, []api.ValueType{i32}, false},
 		{exportSelectPodPools, []api.ValueType{i32, i32}, []api.ValueType{i64}, false},
 		{exportSelectNodeCIDR, []api.ValueType{i32, i32}, []api.ValueType{i64}, false},
@@ -338,6 +341,12 @@ func (p *Plugin) handshake(ctx context.Context, in *instance) error {
 		return err // names both versions and wraps ErrContractVersion
 	}
 	p.contract = v
+	if in.mod.ExportedFunction(exportFeatures) != nil {
+		if err := in.run(ctx, p.initTimeout, in.mod.ExportedFunction(exportFeatures), in.stack[:]); err != nil {
+			return fmt.Errorf("read features: %w", p.classify(fmt.Errorf("%s: %w", exportFeatures, err), in))
+		}
+		p.poolRefs = in.stack[0]&featurePoolRefs != 0
+	}
 	if in.mod.ExportedFunction(exportPluginInfo) != nil {
 		b, err := in.callString(ctx, p.initTimeout, exportPluginInfo)
 		if err != nil {
@@ -424,6 +433,9 @@ func (p *Plugin) invoke(ctx context.Context, op string, which export,
 	fn := in.selectPod
 	if which == selectNode {
 		fn = in.selectNode
+	} else if p.poolRefs {
+		req = in.withPoolRefs(in.refReq[:0], req)
+		in.refReq = req[:0]
 	}
 	frame, err := in.call(ctx, p.cfg.Timeout, fn, req)
 	if err != nil {
@@ -445,6 +457,7 @@ func (p *Plugin) invoke(ctx context.Context, op string, which export,
 		return nil
 	case frameError:
 		msg := string(frame[1:])
+		in.forgetPools() // the guest may have failed to decode: its cache is unknown
 		p.release(in)
 		return fail(fmt.Errorf("%w: %s", ErrPolicy, msg))
 	default:

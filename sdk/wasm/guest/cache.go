@@ -27,7 +27,14 @@ import (
 //
 // The exports run one at a time per instance, so the cache needs no lock.
 type reqCache struct {
+	// req and poolsBuf are the request handed to the policy and its Pools backing array,
+	// reused by the next call (allocating them per call was a third of a cached
+	// decision's time: a Go wasm guest pays microseconds per kilobyte allocated).
+	req      policy.PodRequest
+	poolsBuf []policy.PoolView
+
 	pools          []poolEntry
+	views          []policy.PoolView // views[i] is decoded from pools[i]
 	node           []byte
 	nodeVal        policy.Node
 	ns             []byte
@@ -36,12 +43,12 @@ type reqCache struct {
 	podAnnotations mapCache
 }
 
-// poolEntry is one decoded pool view and the record bytes it came from, minus a leading
-// free count when splitFree is set (view.Free is then replaced per request).
+// poolEntry is the record bytes a cached pool view (reqCache.views, kept apart so that a
+// run of references is one copy) came from, minus a leading free count when splitFree is
+// set (the view's Free is then replaced per request).
 type poolEntry struct {
 	rest      []byte
 	splitFree bool
-	view      policy.PoolView
 }
 
 // mapCache is a decoded map and the run of encoded entries it came from.
@@ -51,6 +58,53 @@ type mapCache struct {
 }
 
 var podCache reqCache
+
+// newRequest returns the request to decode into: podCache.req, reset, with an empty Pools
+// slice over the reused backing array. The policy may sort or reslice r.Pools; finish
+// clips it so appending to it cannot reach the array's spare room either.
+func (c *reqCache) newRequest() *policy.PodRequest {
+	c.req = policy.PodRequest{Pools: c.poolsBuf[:0]}
+	return &c.req
+}
+
+// finish records the grown backing array and clips r.Pools to its length.
+func (c *reqCache) finish(r *policy.PodRequest) {
+	c.poolsBuf = r.Pools[:0]
+	r.Pools = r.Pools[:len(r.Pools):len(r.Pools)]
+}
+
+// poolRefs resolves a run of pool references (field podReqPoolRefs, sdk/ABI.md "Pool
+// references"): the next n pools are the ones this instance decoded last at the same
+// positions, each with the free count the run carries (free+1, or 0 for "as cached").
+// They are appended to *pools with one copy, and nothing but the free counts is walked.
+func (c *reqCache) poolRefs(r *reader, b []byte, pools *[]policy.PoolView) {
+	i := len(*pools)
+	n, k := protowire.ConsumeVarint(b)
+	if k < 0 || i > len(c.views) || n > uint64(len(c.views)-i) {
+		r.fail(idx(fieldPools, i), "reference to pools this instance has not decoded at these positions")
+		return
+	}
+	b = b[k:]
+	*pools = append(*pools, c.views[i:i+int(n)]...)
+	refs := (*pools)[i:]
+	for j := range refs {
+		var f uint64
+		if len(b) > 0 && b[0] < 0x80 { // one-byte varint, inline: the common case
+			f, b = uint64(b[0]), b[1:]
+		} else if f, k = protowire.ConsumeVarint(b); k < 0 {
+			r.fail(idx(fieldPools, i+j), "pool reference: bad free count")
+			return
+		} else {
+			b = b[k:]
+		}
+		if f != 0 && c.pools[i+j].splitFree { // else the cached record set free itself, after its prefix
+			refs[j].Free = f - 1
+		}
+	}
+	if len(b) != 0 {
+		r.fail(idx(fieldPools, i), "pool reference run longer than its count")
+	}
+}
 
 // freeTag is the tag byte of PoolView.free (field 6, varint).
 const freeTag = pvFree<<3 | byte(protowire.VarintType)
@@ -74,7 +128,7 @@ func (c *reqCache) poolView(r *reader, v *policy.PoolView) {
 	free, rest, split := splitFreePrefix(r.b)
 	if i < len(c.pools) {
 		if e := &c.pools[i]; e.rest != nil && e.splitFree == split && equalBytes(rest, e.rest) {
-			*v = e.view
+			*v = c.views[i]
 			if split {
 				v.Free = free
 			}
@@ -90,14 +144,14 @@ func (c *reqCache) poolView(r *reader, v *policy.PoolView) {
 	if r.err != nil {
 		return
 	}
-	e := poolEntry{rest: rest, splitFree: split, view: *v}
+	e := poolEntry{rest: rest, splitFree: split}
 	if len(e.rest) == 0 {
 		e.rest = []byte{} // non-nil: an empty record is cacheable too
 	}
 	if i < len(c.pools) {
-		c.pools[i] = e
+		c.pools[i], c.views[i] = e, *v
 	} else if i == len(c.pools) {
-		c.pools = append(c.pools, e)
+		c.pools, c.views = append(c.pools, e), append(c.views, *v)
 	}
 	// Each entry is self-consistent (a view and the bytes it came from), so entries updated
 	// by a request that then fails to decode are still correct.

@@ -23,6 +23,7 @@ import (
 // Field numbers, from policy.proto.
 const (
 	podReqPod, podReqNamespace, podReqNode, podReqCNI, podReqPools = 1, 2, 3, 4, 5
+	podReqPoolRefs                                                 = 1000 // WASM transport only: sdk/ABI.md, cache.go
 
 	podNamespace, podName, podUID, podLabels, podAnnotations, podOwnerKind, podOwnerName = 1, 2, 3, 4, 5, 6, 7
 
@@ -215,7 +216,7 @@ func idx(field string, i int) string { return fmt.Sprintf("%s[%d]", field, i) }
 func decodePodRequest(b []byte) (*policy.PodRequest, error) {
 	r := reader{a: newArena(b), msg: msgPodRequest, index: -1}
 	r.b = r.a.src
-	out := &policy.PodRequest{}
+	out := podCache.newRequest()
 	var nodeBytes, nsBytes []byte
 	for num, typ, ok := r.next(); ok; num, typ, ok = r.next() {
 		switch num {
@@ -244,13 +245,12 @@ func decodePodRequest(b []byte) (*policy.PodRequest, error) {
 			decodeCNI(&s, &out.CNI)
 			r.adopt(&s)
 		case podReqPools:
-			if out.Pools == nil {
-				out.Pools = make([]policy.PoolView, 0, max(len(podCache.pools), 4))
-			}
 			s := r.subAt(typ, fieldPools, len(out.Pools))
 			out.Pools = append(out.Pools, policy.PoolView{})
 			podCache.poolView(&s, &out.Pools[len(out.Pools)-1])
 			r.adopt(&s)
+		case podReqPoolRefs:
+			podCache.poolRefs(&r, r.bytes(typ, fieldPools), &out.Pools)
 		default:
 			r.skip(num, typ)
 		}
@@ -258,8 +258,12 @@ func decodePodRequest(b []byte) (*policy.PodRequest, error) {
 	if r.err != nil {
 		return nil, r.err
 	}
+	podCache.finish(out)
+	if len(out.Pools) == 0 {
+		out.Pools = nil // as a decoder that allocates per request would leave it
+	}
 	// Remember what was decoded; the byte slices are views of r.a.src, never written again.
-	podCache.pools = podCache.pools[:len(out.Pools)]
+	podCache.pools, podCache.views = podCache.pools[:len(out.Pools)], podCache.views[:len(out.Pools)]
 	if nodeBytes != nil {
 		podCache.node, podCache.nodeVal = nodeBytes, out.Node
 	}

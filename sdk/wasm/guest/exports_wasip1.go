@@ -39,6 +39,12 @@ func allotPluginInfo() uint64 {
 	return pack(infoBuf)
 }
 
+// features is what allot_features reports (sdk/ABI.md): bit 0, pool references (cache.go).
+const features uint64 = 1 << 0
+
+//go:wasmexport allot_features
+func allotFeatures() uint64 { return features }
+
 //go:wasmexport allot_alloc
 func allotAlloc(size uint32) uint32 {
 	if size == 0 {

@@ -21,7 +21,9 @@
 // A policy that panics is not recovered: the host sees a trap, reports it as that call's
 // error and replaces the instance, so no state a panic left half-updated is ever reused.
 // Policies must be pure functions of their request: the sandbox offers no filesystem, no
-// network and a virtual clock.
+// network and a virtual clock. The request is read-only and lives until the policy
+// returns: the SDK reuses the *PodRequest and its Pools array for the next call (per-call
+// allocations are expensive in a wasm guest), so a policy must not keep r or r.Pools.
 package guest
 
 import (
