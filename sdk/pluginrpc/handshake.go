@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/hashicorp/go-plugin"
+	"google.golang.org/grpc"
 
 	"github.com/allot-ipam/allot/sdk/cloud"
 	"github.com/allot-ipam/allot/sdk/datapath"
@@ -82,5 +83,20 @@ func HostPlugins() plugin.PluginSet {
 		string(KindPoolPolicy):   &poolPolicyPlugin{},
 		string(KindCloudBackend): &cloudBackendPlugin{},
 		string(KindDatapath):     &datapathPlugin{},
+	}
+}
+
+// transportWindow is the fixed HTTP/2 flow-control window of both ends (see serve and
+// HostDialOptions).
+const transportWindow = 1 << 20
+
+// HostDialOptions are the gRPC dial options a host passes in go-plugin's
+// ClientConfig.GRPCDialOptions: the hand-written codec is per call, these set the
+// transport. A fixed window turns off BDP estimation pings (one extra encrypted write and
+// wake-up on each side for many calls).
+func HostDialOptions() []grpc.DialOption {
+	return []grpc.DialOption{
+		grpc.WithInitialWindowSize(transportWindow),
+		grpc.WithInitialConnWindowSize(transportWindow),
 	}
 }

@@ -25,8 +25,14 @@ import (
 // returns a client connection to them.
 func connect(t testing.TB, register func(*grpc.Server)) *grpc.ClientConn {
 	t.Helper()
+	return connectOpts(t, nil, register)
+}
+
+// connectOpts is connect with more server options.
+func connectOpts(t testing.TB, opts []grpc.ServerOption, register func(*grpc.Server)) *grpc.ClientConn {
+	t.Helper()
 	lis := bufconn.Listen(1 << 20)
-	s := grpc.NewServer(grpc.ChainUnaryInterceptor(recoverUnary))
+	s := grpc.NewServer(append([]grpc.ServerOption{grpc.ChainUnaryInterceptor(recoverUnary)}, opts...)...)
 	register(s)
 	go func() { _ = s.Serve(lis) }()
 	cc, err := grpc.NewClient("passthrough:///bufnet",
@@ -52,7 +58,30 @@ func (f fakePolicy) SelectNodeCIDRConfig(ctx context.Context, r *policy.NodeRequ
 	return f.node(ctx, r)
 }
 
+// poolPolicyServers are the two ways a plugin serves a pool policy: RegisterPoolPolicy
+// (generated code, any server; what older SDKs serve) and the hand-written codec path that
+// ServePoolPolicy uses.
+var poolPolicyServers = []struct {
+	name string
+	conn func(testing.TB, policy.PoolPolicy) *grpc.ClientConn
+}{
+	{"generated", func(t testing.TB, impl policy.PoolPolicy) *grpc.ClientConn {
+		return connect(t, func(s *grpc.Server) { RegisterPoolPolicy(s, impl, Info{Name: "fake", Version: "0.1.0"}) })
+	}},
+	{"fast", func(t testing.TB, impl policy.PoolPolicy) *grpc.ClientConn {
+		return connectOpts(t, []grpc.ServerOption{serverCodec()}, func(s *grpc.Server) {
+			registerFastPoolPolicy(s, impl, Info{Name: "fake", Version: "0.1.0"})
+		})
+	}},
+}
+
 func TestPoolPolicyRoundTrip(t *testing.T) {
+	for _, srv := range poolPolicyServers {
+		t.Run(srv.name, func(t *testing.T) { testPoolPolicyRoundTrip(t, srv.conn) })
+	}
+}
+
+func testPoolPolicyRoundTrip(t *testing.T, conn func(testing.TB, policy.PoolPolicy) *grpc.ClientConn) {
 	impl := fakePolicy{
 		pod: func(_ context.Context, r *policy.PodRequest) (policy.PodDecision, error) {
 			switch r.Pod.Name {
@@ -69,7 +98,7 @@ func TestPoolPolicyRoundTrip(t *testing.T) {
 			return policy.NodeDecision{Code: policy.Decided, Configs: []string{r.Configs[0].Name}}, nil
 		},
 	}
-	cc := connect(t, func(s *grpc.Server) { RegisterPoolPolicy(s, impl, Info{Name: "fake", Version: "0.1.0"}) })
+	cc := conn(t, impl)
 	c := NewPoolPolicyClient(cc)
 	ctx := context.Background()
 

@@ -22,8 +22,9 @@ type poolPolicyPlugin struct {
 	info Info
 }
 
+// GRPCServer registers the fast service: serve creates s with serverCodec().
 func (p *poolPolicyPlugin) GRPCServer(_ *plugin.GRPCBroker, s *grpc.Server) error {
-	RegisterPoolPolicy(s, p.impl, p.info)
+	registerFastPoolPolicy(s, p.impl, p.info)
 	return nil
 }
 
@@ -95,11 +96,11 @@ func (c *PoolPolicyClient) SelectPodPools(ctx context.Context, req *policy.PodRe
 	if err != nil {
 		return policy.PodDecision{}, err
 	}
-	m := new(pb.PodDecision)
-	if err := c.cc.Invoke(ctx, rpc.PoolPolicy_SelectPodPools_FullMethodName, raw, m, forceRaw); err != nil {
+	var out podDecisionIn
+	if err := c.cc.Invoke(ctx, rpc.PoolPolicy_SelectPodPools_FullMethodName, raw, &out, forceFast); err != nil {
 		return policy.PodDecision{}, fromStatus(ctx, "pool-policy SelectPodPools", err)
 	}
-	return wire.PodDecisionFromProto(m)
+	return out.d, out.err
 }
 
 // SelectNodeCIDRConfig implements policy.PoolPolicy.

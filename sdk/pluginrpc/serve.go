@@ -52,6 +52,13 @@ func serve(kind Kind, info Info, p plugin.Plugin) {
 		GRPCServer: func(opts []grpc.ServerOption) *grpc.Server {
 			return grpc.NewServer(append(opts,
 				grpc.ChainUnaryInterceptor(recoverUnary),
+				// Hand-written protobuf for SelectPodPools (codec.go).
+				serverCodec(),
+				// A fixed window turns off gRPC's BDP estimation, whose pings cost an extra
+				// encrypted write and wake-up on each side for many calls; a local pipe
+				// needs no flow-control tuning.
+				grpc.InitialWindowSize(transportWindow),
+				grpc.InitialConnWindowSize(transportWindow),
 				// Reuse handler goroutines instead of starting one per call (go-plugin calls
 				// are small and frequent; a pool of workers saves a goroutine start each).
 				grpc.NumStreamWorkers(uint32(max(1, runtime.GOMAXPROCS(0)))),

@@ -135,6 +135,7 @@ func (p *Plugin) start(ctx context.Context) (*proc, error) {
 		SecureConfig:     &plugin.SecureConfig{Checksum: p.sum, Hash: sha256.New()},
 		AutoMTLS:         true,
 		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
+		GRPCDialOptions:  pluginrpc.HostDialOptions(),
 		StartTimeout:     p.cfg.StartTimeout,
 		Logger:           newHclog(p.log, ""),
 		// After the handshake go-plugin streams the plugin's os.Stdout/os.Stderr here.

@@ -64,6 +64,10 @@ func TestMain(m *testing.M) {
 		helperHost()
 		return
 	}
+	if os.Getenv(echoEnv) == "1" {
+		echoServe()
+		return
+	}
 	code := m.Run()
 	if binDir != "" {
 		os.RemoveAll(binDir)
@@ -457,6 +461,7 @@ func BenchmarkProcessPolicyDecision(b *testing.B) {
 	pid := p.Status().PID
 	b.ReportAllocs()
 	host0, plugin0 := cpuTime(b, 0), cpuTime(b, pid)
+	hostSys0, pluginSys0 := syscalls(0), syscalls(pid)
 	n := 0
 	for b.Loop() {
 		if _, err := pol.SelectPodPools(ctx, req); err != nil {
@@ -464,6 +469,7 @@ func BenchmarkProcessPolicyDecision(b *testing.B) {
 		}
 		n++
 	}
+	reportSyscalls(b, n, syscalls(0)-hostSys0, syscalls(pid)-pluginSys0)
 	// Wall time per op is inflated on a busy machine (scheduling delays at every hop);
 	// CPU time per op, host plus plugin, is what the decision costs.
 	host, plugin := cpuTime(b, 0)-host0, cpuTime(b, pid)-plugin0
@@ -488,6 +494,35 @@ func cpuTime(b *testing.B, pid int) time.Duration {
 	ut, _ := strconv.ParseInt(f[11], 10, 64)
 	st, _ := strconv.ParseInt(f[12], 10, 64)
 	return time.Duration(ut+st) * 10 * time.Millisecond
+}
+
+// syscalls returns the read and write system calls this process (pid 0) or pid has made,
+// from /proc/<pid>/io (0 if unreadable). Unlike times, counts do not depend on the load of
+// the machine, so they show what a transport change saves.
+func syscalls(pid int) int64 {
+	path := "/proc/self/io"
+	if pid != 0 {
+		path = fmt.Sprintf("/proc/%d/io", pid)
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	var n int64
+	for _, l := range strings.Split(string(raw), "\n") {
+		if k, v, ok := strings.Cut(l, ": "); ok && (k == "syscr" || k == "syscw") {
+			c, _ := strconv.ParseInt(v, 10, 64)
+			n += c
+		}
+	}
+	return n
+}
+
+func reportSyscalls(b *testing.B, n int, host, plugin int64) {
+	if n > 0 && host > 0 && plugin > 0 {
+		b.ReportMetric(float64(host)/float64(n), "host-rw-syscalls/op")
+		b.ReportMetric(float64(plugin)/float64(n), "plugin-rw-syscalls/op")
+	}
 }
 
 // BenchmarkBuiltinPolicyDecision: the same decision with the policy called in-process (the

@@ -1,0 +1,166 @@
+package process
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"runtime/pprof"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/go-plugin"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/mem"
+
+	"github.com/allot-ipam/allot/sdk/pluginrpc"
+	"github.com/allot-ipam/allot/sdk/wire"
+)
+
+// The transport floor: BenchmarkProcessEcho sends the bytes of the benchmark's pod request
+// to a go-plugin process over the same transport (gRPC, AutoMTLS, unix socket, GOMAXPROCS=1
+// in the plugin, the host's dial options) and gets a 30-byte answer back, with no decoding
+// and no policy on either side. BenchmarkProcessPolicyDecision minus this is what
+// allot's own code costs per decision.
+
+const echoEnv = "ALLOT_TEST_ECHO_PLUGIN"
+
+// echoCodec moves *[]byte as raw bytes and everything else (go-plugin's own services) as
+// protobuf.
+type echoCodec struct{}
+
+func (echoCodec) Name() string { return "proto" }
+func (echoCodec) Marshal(v any) (mem.BufferSlice, error) {
+	if b, ok := v.(*[]byte); ok {
+		return mem.BufferSlice{mem.SliceBuffer(*b)}, nil
+	}
+	return encoding.GetCodecV2("proto").Marshal(v)
+}
+func (echoCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	if b, ok := v.(*[]byte); ok {
+		*b = (*b)[:0]
+		for _, d := range data {
+			*b = append(*b, d.ReadOnlyData()...)
+		}
+		return nil
+	}
+	return encoding.GetCodecV2("proto").Unmarshal(data, v)
+}
+
+var echoAnswer = []byte("\x08\x01\x1a\x09\x0a\x07pool-00\x2a\x0alabel-ann")
+
+var echoDesc = grpc.ServiceDesc{
+	ServiceName: "allot.test.Echo",
+	HandlerType: (*any)(nil),
+	Methods: []grpc.MethodDesc{{
+		MethodName: "Echo",
+		Handler: func(_ any, _ context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
+			var in []byte
+			if err := dec(&in); err != nil {
+				return nil, err
+			}
+			out := echoAnswer
+			return &out, nil
+		},
+	}},
+}
+
+type echoPlugin struct{ plugin.NetRPCUnsupportedPlugin }
+
+func (echoPlugin) GRPCServer(_ *plugin.GRPCBroker, s *grpc.Server) error {
+	s.RegisterService(&echoDesc, struct{}{})
+	return nil
+}
+
+func (echoPlugin) GRPCClient(_ context.Context, _ *plugin.GRPCBroker, cc *grpc.ClientConn) (any, error) {
+	return cc, nil
+}
+
+// echoServe runs in the re-executed test binary; the server options mirror pluginrpc serve.
+func echoServe() {
+	if path := os.Getenv("TEST_PLUGIN_CPUPROFILE"); path != "" {
+		if f, err := os.Create(path); err == nil {
+			_ = pprof.StartCPUProfile(f)
+			defer pprof.StopCPUProfile()
+		}
+	}
+	pluginrpc.Serve(&plugin.ServeConfig{ // not plugin.Serve: pluginrpc diverts stdout until then
+		HandshakeConfig: pluginrpc.Handshake,
+		Plugins:         plugin.PluginSet{"echo": echoPlugin{}},
+		GRPCServer: func(opts []grpc.ServerOption) *grpc.Server {
+			return grpc.NewServer(append(opts, grpc.ForceServerCodecV2(echoCodec{}), grpc.NumStreamWorkers(1),
+				grpc.InitialWindowSize(1<<20), grpc.InitialConnWindowSize(1<<20))...)
+		},
+	})
+}
+
+func BenchmarkProcessEcho(b *testing.B) {
+	if testing.Short() {
+		b.Skip("slow: runs a plugin process")
+	}
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), echoEnv+"=1", "GOMAXPROCS=1")
+	client := plugin.NewClient(&plugin.ClientConfig{
+		HandshakeConfig:  pluginrpc.Handshake,
+		Plugins:          plugin.PluginSet{"echo": echoPlugin{}},
+		Cmd:              cmd,
+		SkipHostEnv:      true,
+		AutoMTLS:         true,
+		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
+		GRPCDialOptions:  pluginrpc.HostDialOptions(),
+		Logger:           hclog.NewNullLogger(),
+	})
+	b.Cleanup(client.Kill)
+	rpcClient, err := client.Client()
+	if err != nil {
+		b.Fatal(err)
+	}
+	raw, err := rpcClient.Dispense("echo")
+	if err != nil {
+		b.Fatal(err)
+	}
+	cc := raw.(*grpc.ClientConn)
+	pid := client.ReattachConfig().Pid
+	req, err := wire.AppendPodRequest(nil, podRequest("bench", nil, 20))
+	if err != nil {
+		b.Fatal(err)
+	}
+	opt := grpc.ForceCodecV2(echoCodec{})
+	// With deadline, each call carries the per-call timeout as the host's calls do (a
+	// grpc-timeout header and a timer on each side).
+	for _, deadline := range []bool{false, true} {
+		b.Run(map[bool]string{false: "bare", true: "deadline"}[deadline], func(b *testing.B) {
+			benchEcho(b, cc, pid, req, opt, deadline)
+		})
+	}
+}
+
+func benchEcho(b *testing.B, cc *grpc.ClientConn, pid int, req []byte, opt grpc.CallOption, deadline bool) {
+	b.ReportAllocs()
+	host0, plugin0 := cpuTime(b, 0), cpuTime(b, pid)
+	hostSys0, pluginSys0 := syscalls(0), syscalls(pid)
+	n := 0
+	var out []byte
+	for b.Loop() {
+		in := req
+		ctx, cancel := context.Background(), context.CancelFunc(func() {})
+		if deadline {
+			ctx, cancel = context.WithTimeout(ctx, 2*time.Second)
+		}
+		err := cc.Invoke(ctx, "/allot.test.Echo/Echo", &in, &out, opt)
+		cancel()
+		if err != nil {
+			b.Fatal(err)
+		}
+		n++
+	}
+	if string(out) != string(echoAnswer) {
+		b.Fatalf("answer %q", out)
+	}
+	reportSyscalls(b, n, syscalls(0)-hostSys0, syscalls(pid)-pluginSys0)
+	host, plug := cpuTime(b, 0)-host0, cpuTime(b, pid)-plugin0
+	b.ReportMetric(float64((host+plug).Nanoseconds())/float64(n), "cpu-ns/op")
+	b.ReportMetric(float64(plug.Nanoseconds())/float64(n), "plugin-cpu-ns/op")
+	b.ReportMetric(float64(len(req)), "req-bytes")
+}
