@@ -194,12 +194,13 @@ func candidatesFromProto(field string, cs []*pb.Candidate) ([]policy.Candidate, 
 	}
 	out := make([]policy.Candidate, len(cs))
 	for i, c := range cs {
-		f := idx(field, i)
+		// The field name is built only for an error: this runs for every candidate of
+		// every decision.
 		if c == nil {
-			return nil, invalid(msgPodDecision, f, "missing message")
+			return nil, invalid(msgPodDecision, idx(field, i), "missing message")
 		}
 		if c.Pool == "" {
-			return nil, invalid(msgPodDecision, f+".pool", "empty pool name")
+			return nil, invalid(msgPodDecision, idx(field, i)+".pool", "empty pool name")
 		}
 		out[i] = policy.Candidate{Pool: c.Pool}
 	}
