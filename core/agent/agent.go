@@ -478,7 +478,17 @@ func (a *Agent) createNode(ctx context.Context, m *ipam.Manager) error {
 	pools := a.clusterPools(ctx, m)
 	node := &v1alpha1.AllotNode{ObjectMeta: metav1.ObjectMeta{Name: a.opts.NodeName}}
 	node.Spec.IPAM.Pools.Requested = requestedOf(computeDemand(m.Usage(), pools, a.opts.PreAllocation))
-	// Owned by the Node (garbage-collected with it) when the Node exists.
+	if err := a.createOwned(ctx, node); err != nil {
+		return err
+	}
+	a.log.Info("AllotNode created", "node", a.opts.NodeName, "requested", node.Spec.IPAM.Pools.Requested)
+	// The informer brings it back; sync again then.
+	return nil
+}
+
+// createOwned creates the node's AllotNode, owned by the Node (garbage-collected with it)
+// when the Node exists. One that exists already is left as it is.
+func (a *Agent) createOwned(ctx context.Context, node *v1alpha1.AllotNode) error {
 	var n corev1.Node
 	if err := a.liveGet(ctx, types.NamespacedName{Name: a.opts.NodeName}, &n); err == nil {
 		node.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: n.Name, UID: n.UID}}
@@ -488,8 +498,6 @@ func (a *Agent) createNode(ctx context.Context, m *ipam.Manager) error {
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("agent: create AllotNode %s: %w", a.opts.NodeName, err)
 	}
-	a.log.Info("AllotNode created", "node", a.opts.NodeName, "requested", node.Spec.IPAM.Pools.Requested)
-	// The informer brings it back; sync again then.
 	return nil
 }
 

@@ -7,7 +7,6 @@ import (
 	"net/netip"
 	"slices"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -272,14 +271,8 @@ func (a *Agent) eniUsage(ctx context.Context, m *ipam.Manager, pool string) (map
 func (a *Agent) createENINode(ctx context.Context) error {
 	node := &v1alpha1.AllotNode{ObjectMeta: metav1.ObjectMeta{Name: a.opts.NodeName}}
 	node.Spec.ENI = a.opts.ENI.Spec.DeepCopy()
-	var n corev1.Node
-	if err := a.liveGet(ctx, types.NamespacedName{Name: a.opts.NodeName}, &n); err == nil {
-		node.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: n.Name, UID: n.UID}}
-	}
-	err := a.live.Create(ctx, node)
-	a.metrics.writes.WithLabelValues("create", resultOf(err)).Inc()
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("agent: create AllotNode %s: %w", a.opts.NodeName, err)
+	if err := a.createOwned(ctx, node); err != nil {
+		return err
 	}
 	a.log.Info("AllotNode created (ENI mode)", "node", a.opts.NodeName, "instance", node.Spec.ENI.InstanceID)
 	return nil

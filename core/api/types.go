@@ -6,6 +6,9 @@ package api
 
 import (
 	"context"
+	"fmt"
+	"net/netip"
+	"slices"
 	"strings"
 	"time"
 )
@@ -64,6 +67,42 @@ type AllocateRequest struct {
 	// DefaultIPv4Pools / DefaultIPv6Pools are CNI-config defaults passed to the policy.
 	DefaultIPv4Pools []string `json:"defaultIPv4Pools,omitempty"`
 	DefaultIPv6Pools []string `json:"defaultIPv6Pools,omitempty"`
+}
+
+// Validate checks what every service needs of an ADD (owner and network) and returns the
+// specific addresses the runtime asked for, parsed: plain or CIDR form, IPv4-mapped IPv6
+// unmapped, each at most once. Errors name the field (owner.ifName, network, ips[1]).
+func (r *AllocateRequest) Validate() ([]netip.Addr, error) {
+	if err := r.Owner.Validate(); err != nil {
+		return nil, err
+	}
+	if r.Network == "" {
+		return nil, InvalidField("network", "must not be empty (the CNI network name)")
+	}
+	var out []netip.Addr
+	for i, s := range r.IPs {
+		f := fmt.Sprintf("ips[%d]", i)
+		s = strings.TrimSpace(s)
+		var a netip.Addr
+		if strings.Contains(s, "/") {
+			p, err := netip.ParsePrefix(s)
+			if err != nil {
+				return nil, InvalidField(f, "%q is not an IP address or CIDR", s)
+			}
+			a = p.Addr()
+		} else {
+			var err error
+			if a, err = netip.ParseAddr(s); err != nil {
+				return nil, InvalidField(f, "%q is not an IP address", s)
+			}
+		}
+		a = a.Unmap()
+		if slices.Contains(out, a) {
+			return nil, InvalidField(f, "%s is requested twice", a)
+		}
+		out = append(out, a)
+	}
+	return out, nil
 }
 
 // IPConfig is one address handed to an owner.

@@ -269,13 +269,7 @@ func (m *Manager) Allocate(ctx context.Context, req *api.AllocateRequest) (*api.
 }
 
 func (m *Manager) allocate(ctx context.Context, req *api.AllocateRequest) (*api.Allocation, error) {
-	if err := req.Owner.Validate(); err != nil {
-		return nil, err
-	}
-	if req.Network == "" {
-		return nil, api.InvalidField("network", "must not be empty (the CNI network name)")
-	}
-	requested, err := parseRequestedIPs(req.IPs)
+	requested, err := req.Validate()
 	if err != nil {
 		return nil, err
 	}
@@ -347,33 +341,6 @@ func (m *Manager) allocate(ctx context.Context, req *api.AllocateRequest) (*api.
 	m.changedLocked()
 	m.log.Debug("allocated", "owner", owner.String(), "network", req.Network, "pod", req.Pod.Namespace+"/"+req.Pod.Name, "addresses", addrStrings(addrs))
 	return m.allocationOf(rec), nil
-}
-
-func parseRequestedIPs(ips []string) ([]netip.Addr, error) {
-	var out []netip.Addr
-	for i, s := range ips {
-		f := fmt.Sprintf("ips[%d]", i)
-		s = strings.TrimSpace(s)
-		var a netip.Addr
-		if strings.Contains(s, "/") {
-			p, err := netip.ParsePrefix(s)
-			if err != nil {
-				return nil, api.InvalidField(f, "%q is not an IP address or CIDR", s)
-			}
-			a = p.Addr()
-		} else {
-			var err error
-			if a, err = netip.ParseAddr(s); err != nil {
-				return nil, api.InvalidField(f, "%q is not an IP address", s)
-			}
-		}
-		a = a.Unmap()
-		if slices.Contains(out, a) {
-			return nil, api.InvalidField(f, "%s is requested twice", a)
-		}
-		out = append(out, a)
-	}
-	return out, nil
 }
 
 // decide asks the network's policy for candidate pools.

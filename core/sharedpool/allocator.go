@@ -197,17 +197,11 @@ func (a *Allocator) Allocate(ctx context.Context, req *api.AllocateRequest) (*ap
 }
 
 func (a *Allocator) allocate(ctx context.Context, req *api.AllocateRequest) (*api.Allocation, error) {
-	if err := req.Owner.Validate(); err != nil {
+	requested, err := req.Validate()
+	if err != nil {
 		return nil, err
-	}
-	if req.Network == "" {
-		return nil, api.InvalidField("network", "must not be empty (the CNI network name)")
 	}
 	if err := validatePod(req.Pod); err != nil {
-		return nil, err
-	}
-	requested, err := parseRequestedIPs(req.IPs)
-	if err != nil {
 		return nil, err
 	}
 	if !a.idx.Synced() {
@@ -742,24 +736,6 @@ func (a *Allocator) poolOf(ad netip.Addr, field string, blocked map[string]strin
 		return v.Name, nil
 	}
 	return "", api.InvalidField(field, "%s is not a usable address of any shared pool (outside every pool, excluded or reserved)", ad)
-}
-
-func parseRequestedIPs(ips []string) ([]netip.Addr, error) {
-	var out []netip.Addr
-	for i, s := range ips {
-		f := fmt.Sprintf("ips[%d]", i)
-		s = strings.TrimSpace(s)
-		if p, err := netip.ParsePrefix(s); err == nil {
-			out = append(out, p.Addr().Unmap())
-			continue
-		}
-		ad, err := netip.ParseAddr(s)
-		if err != nil {
-			return nil, api.InvalidField(f, "%q is not an IP address or CIDR", s)
-		}
-		out = append(out, ad.Unmap())
-	}
-	return out, nil
 }
 
 // allocationOf is the answer and the endpoint entry for the held claims.

@@ -84,7 +84,10 @@ type node struct {
 	done   chan error
 }
 
-func newNode(t *testing.T, name, kubeconfig string) *node {
+// agentConfig is the agent-mode configuration every test node starts from: its own socket
+// and store in a temporary directory, no HTTP listener, fast request debounce.
+func agentConfig(t *testing.T, name, kubeconfig string) config.Config {
+	t.Helper()
 	dir := t.TempDir()
 	c := config.Defaults()
 	c.Mode = "agent"
@@ -95,6 +98,11 @@ func newNode(t *testing.T, name, kubeconfig string) *node {
 	c.Cluster.NodeName = name
 	c.Cluster.Kubeconfig = kubeconfig
 	c.Cluster.RequestDebounce = 20 * time.Millisecond
+	return c
+}
+
+func newNode(t *testing.T, name, kubeconfig string) *node {
+	c := agentConfig(t, name, kubeconfig)
 	c.Cluster.ReleaseDelay = 300 * time.Millisecond
 	c.Cluster.ReclaimGrace = time.Second
 	c.Cluster.ReclaimInterval = 200 * time.Millisecond

@@ -212,16 +212,7 @@ func (e *eniEnv) stopOperator() {
 func (e *eniEnv) startAgent(i int) {
 	t := e.t
 	name := fmt.Sprintf("eni-%02d", i)
-	dir := t.TempDir()
-	c := config.Defaults()
-	c.Mode = "agent"
-	c.Socket = filepath.Join(dir, "allotd.sock")
-	c.Store.Path = filepath.Join(dir, "allot.db")
-	c.Store.NoSync = true
-	c.HTTP.Address = ""
-	c.Cluster.NodeName = name
-	c.Cluster.Kubeconfig = e.kubeconfig
-	c.Cluster.RequestDebounce = 20 * time.Millisecond
+	c := agentConfig(t, name, e.kubeconfig)
 	c.Cluster.PendingTimeout = 40 * time.Second
 	c.Cluster.ReclaimGrace = time.Hour // pods are deleted with a CNI DEL here
 	c.Cluster.ENI = eniCluster("aws-eni")

@@ -14,7 +14,6 @@ import (
 	"log/slog"
 	"net/netip"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -93,16 +92,7 @@ func sortedKeys[V any](m map[string]V) []string {
 // pools are left as the default configuration has them.
 func sharedConfig(t *testing.T, name, kubeconfig string) *config.Config {
 	t.Helper()
-	dir := t.TempDir()
-	c := config.Defaults()
-	c.Mode = "agent"
-	c.Socket = filepath.Join(dir, "allotd.sock")
-	c.Store.Path = filepath.Join(dir, "allot.db")
-	c.Store.NoSync = true
-	c.HTTP.Address = ""
-	c.Cluster.NodeName = name
-	c.Cluster.Kubeconfig = kubeconfig
-	c.Cluster.RequestDebounce = 20 * time.Millisecond
+	c := agentConfig(t, name, kubeconfig)
 	c.Cluster.ReclaimGrace = time.Second
 	c.Cluster.ReclaimInterval = 200 * time.Millisecond
 	c.Cluster.PendingTimeout = 3 * time.Second
