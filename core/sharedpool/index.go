@@ -154,6 +154,11 @@ func (x *Index) DeleteClaim(name string) {
 			delete(x.local, name)
 		}
 	}
+	// A Create that lost the race for this address may have noted it taken after the
+	// informer had already reported the winning claim; the claim is gone now, so is that.
+	if a, err := k8s.ParseClaimName(name); err == nil {
+		delete(x.taken, a)
+	}
 }
 
 func (x *Index) unlinkLocked(c *v1alpha1.AddressClaim) {
@@ -213,6 +218,9 @@ func (x *Index) noteDeleted(c *v1alpha1.AddressClaim) {
 func (x *Index) noteTaken(a netip.Addr) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
+	if _, known := x.claims[k8s.ClaimName(a)]; known {
+		return // the informer already reported the winner; its delete will free the address
+	}
 	x.taken[a] = x.now()
 }
 

@@ -5,7 +5,10 @@ import (
 	"testing"
 
 	"github.com/allot-ipam/allot/core/addrset"
+	"github.com/allot-ipam/allot/core/k8s"
+	"github.com/allot-ipam/allot/core/k8s/apis/allot/v1alpha1"
 	"github.com/allot-ipam/allot/sdk/policy"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 func TestPickFrom(t *testing.T) {
@@ -141,5 +144,34 @@ func TestPickFreeCoversEveryFreeAddress(t *testing.T) {
 			t.Fatalf("seed %d picked %s again", seed, a)
 		}
 		seen[a] = true
+	}
+}
+
+// An address noted taken (a lost Create) is free again once the informer reports the winning
+// claim deleted, in whichever order the informer event and the note arrived.
+func TestTakenClearedByClaimDelete(t *testing.T) {
+	for _, noteFirst := range []bool{true, false} {
+		x := NewIndex(nil, nil)
+		x.UpsertPool(&v1alpha1.SharedIPPool{ObjectMeta: metav1.ObjectMeta{Name: "p"},
+			Spec: v1alpha1.SharedIPPoolSpec{IPv4: &v1alpha1.SharedPoolFamily{Subnet: "10.0.0.0/24", IPs: []string{"10.0.0.10"}}}})
+		a := netip.MustParseAddr("10.0.0.10")
+		claim := &v1alpha1.AddressClaim{ObjectMeta: metav1.ObjectMeta{Name: k8s.ClaimName(a), UID: "u1"},
+			Spec: v1alpha1.AddressClaimSpec{IP: a.String(), Pool: "p"}}
+		if noteFirst {
+			x.noteTaken(a)
+			x.UpsertClaim(claim)
+		} else {
+			x.UpsertClaim(claim)
+			x.noteTaken(a)
+		}
+		if _, ok := x.pick("p", policy.IPv4, 0, false); ok {
+			t.Fatalf("noteFirst=%v: the held address was picked", noteFirst)
+		}
+		x.DeleteClaim(claim.Name)
+		got, ok := x.pick("p", policy.IPv4, 0, false)
+		if !ok || got != a {
+			t.Fatalf("noteFirst=%v: after the delete got %v %v, want %s", noteFirst, got, ok, a)
+		}
+		x.unpend(got)
 	}
 }
