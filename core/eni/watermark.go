@@ -32,18 +32,15 @@ func NeededIPs(available, used int, p Params) int {
 	return max(needed, 0)
 }
 
-// ExcessIPs is Cilium's excess formula (DESIGN.md appendix). The watermark is
-// min-allocate + max-above-watermark: a node whose use stays under it keeps exactly the
-// watermark; above it, it keeps used + pre-allocate + max-above-watermark.
+// ExcessIPs is Cilium's excess formula (pkg/ipam/node.go, calculateExcessIPs): a node
+// whose use and holding both stay at or under min-allocate + max-above-watermark keeps
+// everything; otherwise it keeps used + pre-allocate + max-above-watermark. Cilium's own
+// test pins (avail 17, used 0, pre 8, min 16, maw 0) at 9, so there is no branch that keeps
+// the watermark itself once the node holds more than it.
 func ExcessIPs(available, used int, p Params) int {
 	watermark := p.MinAllocate + p.MaxAboveWatermark
-	if used <= watermark {
-		if available <= watermark {
-			return 0
-		}
-		if used+p.PreAllocate <= watermark {
-			return available - watermark
-		}
+	if used <= watermark && available <= watermark {
+		return 0
 	}
 	return max(available-used-p.PreAllocate-p.MaxAboveWatermark, 0)
 }

