@@ -44,8 +44,10 @@ const (
 // ErrInvalidConfig is wrapped by every error Validate returns.
 var ErrInvalidConfig = errors.New("datapath: invalid config")
 
-// DefaultNonMasqueradeCIDRs are ip-masq-agent's defaults: the reserved
-// ranges used when no non-masquerade list is configured.
+// DefaultNonMasqueradeCIDRs are ip-masq-agent's defaults with all reserved
+// ranges (its --nomasq-all-reserved-ranges list, which Cilium's
+// ip-masq-agent also uses): the ranges used when no non-masquerade list is
+// configured.
 var DefaultNonMasqueradeCIDRs = []netip.Prefix{
 	netip.MustParsePrefix("10.0.0.0/8"),
 	netip.MustParsePrefix("172.16.0.0/12"),
@@ -53,6 +55,8 @@ var DefaultNonMasqueradeCIDRs = []netip.Prefix{
 	netip.MustParsePrefix("100.64.0.0/10"),
 	netip.MustParsePrefix("192.0.0.0/24"),
 	netip.MustParsePrefix("192.0.2.0/24"),
+	netip.MustParsePrefix("192.88.99.0/24"),
+	netip.MustParsePrefix("198.18.0.0/15"),
 	netip.MustParsePrefix("198.51.100.0/24"),
 	netip.MustParsePrefix("203.0.113.0/24"),
 	netip.MustParsePrefix("240.0.0.0/4"),

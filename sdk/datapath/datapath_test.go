@@ -65,7 +65,7 @@ func TestValidate(t *testing.T) {
 
 func TestEffectiveNonMasquerade(t *testing.T) {
 	defaults := []string{"10.0.0.0/8", "100.64.0.0/10", "172.16.0.0/12", "192.0.0.0/24", "192.0.2.0/24",
-		"192.168.0.0/16", "198.51.100.0/24", "203.0.113.0/24", "240.0.0.0/4"}
+		"192.88.99.0/24", "192.168.0.0/16", "198.18.0.0/15", "198.51.100.0/24", "203.0.113.0/24", "240.0.0.0/4"}
 	with := func(base []string, extra ...string) []netip.Prefix {
 		return NormalizePrefixes(pfx(append(slices.Clone(base), extra...)...))
 	}

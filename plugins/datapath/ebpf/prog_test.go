@@ -91,7 +91,12 @@ func loadForTest(tb testing.TB) *Datapath {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { objs.Close() })
-	cfg := datapath.Config{PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/24")}}
+	// An explicit non-masquerade list: the crafted packets go to 198.18.0.0/15, which
+	// ip-masq-agent's default list exempts.
+	cfg := datapath.Config{
+		PodCIDRs:           []netip.Prefix{netip.MustParsePrefix("10.244.0.0/24")},
+		NonMasqueradeCIDRs: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")},
+	}
 	// BPF_PROG_TEST_RUN runs on the loopback device (ifindex 1).
 	eg := []netinfo.Egress{{Name: "lo", Index: 1, V4: netip.MustParseAddr("198.18.0.1")}}
 	if err := fillMaps(objs, cfg, eg); err != nil {
