@@ -69,7 +69,10 @@ func ParseConfig(stdin []byte) (*Config, error) {
 		return nil, err
 	}
 	if c.CNIVersion == "" {
-		return nil, invalidConfig("cniVersion", "missing")
+		// libcni (version.ConfigDecoder) and skel read a configuration without cniVersion
+		// as 0.1.0, the version before the field existed; the result is printed in that
+		// version's format.
+		c.CNIVersion = "0.1.0"
 	}
 	if c.Network, err = decodeString(top["name"], "name"); err != nil {
 		return nil, err

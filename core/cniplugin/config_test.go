@@ -94,6 +94,17 @@ func TestParseConfigValid(t *testing.T) {
 	}
 }
 
+// TestParseConfigNoVersion: no cniVersion reads as 0.1.0, as libcni does.
+func TestParseConfigNoVersion(t *testing.T) {
+	c, err := ParseConfig([]byte(`{"name":"n","ipam":{"type":"allot-cni"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.CNIVersion != "0.1.0" {
+		t.Fatalf("cniVersion %q, want 0.1.0", c.CNIVersion)
+	}
+}
+
 func TestParseConfigErrors(t *testing.T) {
 	const dec, inv = types.ErrDecodingFailure, types.ErrInvalidNetworkConfig
 	tests := []struct {
@@ -106,7 +117,6 @@ func TestParseConfigErrors(t *testing.T) {
 		{"empty", []byte(``), dec, "network configuration: not valid JSON"},
 		{"array", []byte(`[]`), dec, "network configuration: expected an object, got array"},
 		{"cniVersion type", []byte(`{"cniVersion":1,"name":"n","ipam":{}}`), dec, "cniVersion: expected a string, got number"},
-		{"cniVersion missing", []byte(`{"name":"n","ipam":{}}`), inv, "cniVersion: missing"},
 		{"name type", []byte(`{"cniVersion":"1.1.0","name":[],"ipam":{}}`), dec, "name: expected a string, got array"},
 		{"name missing", []byte(`{"cniVersion":"1.1.0","ipam":{}}`), inv, "name: missing"},
 		{"ipam missing", conf(""), inv, "ipam: missing"},

@@ -66,6 +66,9 @@ func TestSkelMain(t *testing.T) {
 	}{
 		{name: "add", env: cniEnv("ADD"), stdin: good, msg: `"address": "192.0.2.2/29"`},
 		{name: "del", env: cniEnv("DEL"), stdin: good},
+		// No cniVersion: 0.1.0, whose result has "ip4" instead of "ips".
+		{name: "add without cniVersion", env: cniEnv("ADD"), stdin: bytes.Replace(good, []byte(`"cniVersion":"1.1.0",`), nil, 1), msg: `"ip4": {`},
+		{name: "del without cniVersion", env: cniEnv("DEL"), stdin: bytes.Replace(good, []byte(`"cniVersion":"1.1.0",`), nil, 1)},
 		{name: "status", env: cniEnv("STATUS"), stdin: good},
 		{name: "gc", env: cniEnv("GC"), stdin: r.netconf("", `"cni.dev/valid-attachments":[]`)},
 		{name: "version", env: map[string]string{"CNI_COMMAND": "VERSION"}, msg: `"supportedVersions":["0.1.0","0.2.0","0.3.0","0.3.1","0.4.0","1.0.0","1.1.0"]`},

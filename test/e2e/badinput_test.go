@@ -28,7 +28,6 @@ func TestBadInput(t *testing.T) {
 		{"empty stdin", ``, nil, types.ErrDecodingFailure, "error unmarshall network config"},
 		{"unknown cniVersion", `{"cniVersion":"9.9.9","name":"n","ipam":{"type":"allot-cni"}}`, nil, types.ErrIncompatibleCNIVersion, "incompatible CNI versions"},
 		{"bad cniVersion", `{"cniVersion":"one","name":"n","ipam":{}}`, nil, types.ErrIncompatibleCNIVersion, "incompatible CNI versions"},
-		{"missing cniVersion", `{"name":"n","ipam":{"type":"allot-cni"}}`, nil, types.ErrInvalidNetworkConfig, "cniVersion: missing"},
 		{"missing name", `{"cniVersion":"1.1.0","ipam":{"type":"allot-cni"}}`, nil, types.ErrInvalidNetworkConfig, "missing network name"},
 		{"missing ipam", `{"cniVersion":"1.1.0","name":"n"}`, nil, types.ErrInvalidNetworkConfig, "ipam: missing"},
 		{"ipam wrong type", `{"cniVersion":"1.1.0","name":"n","ipam":"allot-cni"}`, nil, types.ErrDecodingFailure, "ipam: expected an object, got string"},
