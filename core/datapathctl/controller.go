@@ -7,7 +7,9 @@ package datapathctl
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net/netip"
 	"os"
@@ -134,7 +136,12 @@ func (c *Controller) desired() (datapath.Config, []byte, error) {
 	var raw []byte
 	if path := c.opts.MasqAgentConfig; path != "" {
 		b, err := os.ReadFile(path)
-		if err != nil {
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			// As ip-masq-agent: no file means its defaults (an optional ConfigMap that
+			// does not exist yet); the file is picked up when it appears.
+			b = nil
+		case err != nil:
 			return cfg, nil, fmt.Errorf("datapath.masqAgentConfig: %w", err)
 		}
 		mc, err := masqconfig.Parse(b)
@@ -142,6 +149,7 @@ func (c *Controller) desired() (datapath.Config, []byte, error) {
 			return cfg, nil, fmt.Errorf("datapath.masqAgentConfig %s: %w", path, err)
 		}
 		cfg.NonMasqueradeCIDRs = mc.NonMasqueradeCIDRs
+		cfg.NonMasqueradeExplicit = mc.NonMasqueradeSet
 		cfg.MasqLinkLocal = mc.MasqLinkLocal
 		cfg.MasqLinkLocalIPv6 = mc.MasqLinkLocalIPv6
 		c.resync = mc.ResyncInterval

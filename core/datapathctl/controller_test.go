@@ -111,9 +111,31 @@ func TestMasqAgentFileReappliedOnlyWhenChanged(t *testing.T) {
 	}
 }
 
-func TestStartFailsOnUnreadableFile(t *testing.T) {
-	c := New(Options{Datapath: &recorder{}, MasqAgentConfig: filepath.Join(t.TempDir(), "missing"), Logger: quiet})
-	if err := c.Start(context.Background()); err == nil || !strings.Contains(err.Error(), "datapath.masqAgentConfig") {
-		t.Fatalf("got %v", err)
+// TestMissingFileMeansDefaults: as ip-masq-agent, no file is its defaults (the ConfigMap is
+// optional); the file is applied once it appears. An unreadable one is still an error.
+func TestMissingFileMeansDefaults(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "config")
+	r := &recorder{}
+	c := New(Options{Datapath: r, MasqAgentConfig: path, Logger: quiet})
+	ctx := context.Background()
+	if err := c.Start(ctx); err != nil || len(r.applied) != 1 {
+		t.Fatalf("missing file: %v, %d applies", err, len(r.applied))
+	}
+	if got := r.applied[0]; got.NonMasqueradeExplicit || len(got.NonMasqueradeCIDRs) != 0 {
+		t.Fatalf("defaults expected: %+v", got)
+	}
+	if err := os.WriteFile(path, []byte("nonMasqueradeCIDRs: []\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Resync(ctx); err != nil || len(r.applied) != 2 || !r.applied[1].NonMasqueradeExplicit {
+		t.Fatalf("explicit empty list: %v, %+v", err, r.applied)
+	}
+	dir := filepath.Join(t.TempDir(), "dir")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	c = New(Options{Datapath: &recorder{}, MasqAgentConfig: dir, Logger: quiet})
+	if err := c.Start(ctx); err == nil || !strings.Contains(err.Error(), "datapath.masqAgentConfig") {
+		t.Fatalf("unreadable file: %v", err)
 	}
 }

@@ -4,14 +4,17 @@
 // The file is YAML or JSON:
 //
 //	nonMasqueradeCIDRs: [10.0.0.0/8, 192.168.0.0/16]
+//	cidrLimit: 64
 //	masqLinkLocal: false
 //	masqLinkLocalIPv6: false
 //	resyncInterval: 60s
 //
-// As in ip-masq-agent, an absent or empty nonMasqueradeCIDRs means the default reserved
-// ranges, and link-local destinations are exempt unless masqLinkLocal(IPv6) is set (the
-// datapath contract applies both rules). Unknown keys are errors: a misspelt key would
-// otherwise silently masquerade traffic that should not be.
+// As in ip-masq-agent (kubernetes-sigs/ip-masq-agent), an absent nonMasqueradeCIDRs means
+// the default reserved ranges, an explicitly empty one ("nonMasqueradeCIDRs: []") means no
+// exceptions but link-local, link-local destinations are exempt unless masqLinkLocal(IPv6)
+// is set, and a list longer than cidrLimit (64 by default) is refused. Unknown keys are
+// errors, where ip-masq-agent ignores them: a misspelt key would otherwise silently
+// masquerade traffic that should not be.
 package masqconfig
 
 import (
@@ -29,16 +32,23 @@ import (
 // DefaultResync is ip-masq-agent's default resyncInterval.
 const DefaultResync = 60 * time.Second
 
+// DefaultCIDRLimit is ip-masq-agent's default cidrLimit.
+const DefaultCIDRLimit = 64
+
 // Config is the file's content.
 type Config struct {
 	NonMasqueradeCIDRs []netip.Prefix
-	MasqLinkLocal      bool
-	MasqLinkLocalIPv6  bool
-	ResyncInterval     time.Duration
+	// NonMasqueradeSet: the file has the key, so an empty list is explicit (no defaults).
+	NonMasqueradeSet  bool
+	CIDRLimit         int
+	MasqLinkLocal     bool
+	MasqLinkLocalIPv6 bool
+	ResyncInterval    time.Duration
 }
 
 type file struct {
 	NonMasqueradeCIDRs []string
+	CIDRLimit          int
 	MasqLinkLocal      bool
 	MasqLinkLocalIPv6  bool
 	ResyncInterval     string
@@ -54,6 +64,7 @@ func Parse(b []byte) (Config, error) {
 	var f file
 	fields := map[string]any{
 		"nonMasqueradeCIDRs": &f.NonMasqueradeCIDRs,
+		"cidrLimit":          &f.CIDRLimit,
 		"masqLinkLocal":      &f.MasqLinkLocal,
 		"masqLinkLocalIPv6":  &f.MasqLinkLocalIPv6,
 		"resyncInterval":     &f.ResyncInterval,
@@ -66,14 +77,26 @@ func Parse(b []byte) (Config, error) {
 	for _, k := range keys {
 		dst, ok := fields[k]
 		if !ok {
-			return Config{}, fmt.Errorf("ip-masq-agent config: %s: unknown field (known: masqLinkLocal, masqLinkLocalIPv6, nonMasqueradeCIDRs, resyncInterval)", k)
+			return Config{}, fmt.Errorf("ip-masq-agent config: %s: unknown field (known: cidrLimit, masqLinkLocal, masqLinkLocalIPv6, nonMasqueradeCIDRs, resyncInterval)", k)
 		}
 		node := doc[k]
 		if err := node.Decode(dst); err != nil {
 			return Config{}, fmt.Errorf("ip-masq-agent config: %s: %w", k, err)
 		}
 	}
-	c := Config{MasqLinkLocal: f.MasqLinkLocal, MasqLinkLocalIPv6: f.MasqLinkLocalIPv6, ResyncInterval: DefaultResync}
+	c := Config{MasqLinkLocal: f.MasqLinkLocal, MasqLinkLocalIPv6: f.MasqLinkLocalIPv6, ResyncInterval: DefaultResync, CIDRLimit: DefaultCIDRLimit}
+	if n, ok := doc["nonMasqueradeCIDRs"]; ok && !(n.Kind == yaml.ScalarNode && n.Tag == "!!null") {
+		c.NonMasqueradeSet = true
+	}
+	if _, ok := doc["cidrLimit"]; ok {
+		if f.CIDRLimit < 1 {
+			return Config{}, fmt.Errorf("ip-masq-agent config: cidrLimit: %d must be at least 1", f.CIDRLimit)
+		}
+		c.CIDRLimit = f.CIDRLimit
+	}
+	if len(f.NonMasqueradeCIDRs) > c.CIDRLimit {
+		return Config{}, fmt.Errorf("ip-masq-agent config: nonMasqueradeCIDRs: %d CIDRs is more than cidrLimit %d (link-local not counted)", len(f.NonMasqueradeCIDRs), c.CIDRLimit)
+	}
 	for i, s := range f.NonMasqueradeCIDRs {
 		p, err := netip.ParsePrefix(s)
 		if err != nil {

@@ -25,6 +25,34 @@ func TestParse(t *testing.T) {
 	}
 }
 
+// TestParseIPMasqAgentSemantics pins ip-masq-agent's reading of its file: an absent list is
+// the defaults, an explicit empty one is no exceptions, tabs in JSON are whitespace, and
+// cidrLimit bounds the list.
+func TestParseIPMasqAgentSemantics(t *testing.T) {
+	c, err := Parse([]byte("masqLinkLocal: true\n"))
+	if err != nil || c.NonMasqueradeSet || c.CIDRLimit != DefaultCIDRLimit {
+		t.Fatalf("absent list: %+v %v", c, err)
+	}
+	for _, in := range []string{"nonMasqueradeCIDRs: []\n", "{\n\t\"nonMasqueradeCIDRs\": [],\n\t\"masqLinkLocal\": false\n}\n"} {
+		c, err = Parse([]byte(in))
+		if err != nil || !c.NonMasqueradeSet || len(c.NonMasqueradeCIDRs) != 0 {
+			t.Fatalf("explicit empty list %q: %+v %v", in, c, err)
+		}
+	}
+	if c, err = Parse([]byte("nonMasqueradeCIDRs: ~\n")); err != nil || c.NonMasqueradeSet {
+		t.Fatalf("null list is absent: %+v %v", c, err)
+	}
+	if c, err = Parse([]byte("cidrLimit: 2\nnonMasqueradeCIDRs: [10.0.0.0/8, 172.16.0.0/12]\n")); err != nil || c.CIDRLimit != 2 {
+		t.Fatalf("cidrLimit: %+v %v", c, err)
+	}
+	if _, err = Parse([]byte("cidrLimit: 1\nnonMasqueradeCIDRs: [10.0.0.0/8, 172.16.0.0/12]\n")); err == nil || !strings.Contains(err.Error(), "more than cidrLimit 1") {
+		t.Fatalf("over cidrLimit: %v", err)
+	}
+	if _, err = Parse([]byte("cidrLimit: 0\n")); err == nil || !strings.Contains(err.Error(), "cidrLimit") {
+		t.Fatalf("cidrLimit 0: %v", err)
+	}
+}
+
 func TestParseErrorsNameTheField(t *testing.T) {
 	for in, want := range map[string]string{
 		"nonMasqueradeCIDRs: [10.0.0.0/33]": "nonMasqueradeCIDRs[0]",

@@ -119,8 +119,13 @@ type Config struct {
 	// and/or v6). A family with no pod CIDR is left alone.
 	PodCIDRs []netip.Prefix
 	// NonMasqueradeCIDRs are destinations never masqueraded; nil or empty
-	// means ip-masq-agent's defaults (DefaultNonMasqueradeCIDRs).
+	// means ip-masq-agent's defaults (DefaultNonMasqueradeCIDRs) unless
+	// NonMasqueradeExplicit is set.
 	NonMasqueradeCIDRs []netip.Prefix
+	// NonMasqueradeExplicit makes NonMasqueradeCIDRs the whole list even when
+	// empty: an ip-masq-agent file with "nonMasqueradeCIDRs: []" masquerades
+	// everything but link-local (and the pod and native-routing CIDRs).
+	NonMasqueradeExplicit bool
 	// MasqLinkLocal masquerades traffic to 169.254.0.0/16 (otherwise it is
 	// exempt); MasqLinkLocalIPv6 likewise for fe80::/10.
 	MasqLinkLocal     bool
@@ -249,14 +254,14 @@ func (c Config) Validate() error {
 
 // EffectiveNonMasquerade is the sorted, de-duplicated list of destinations
 // that are never masqueraded: the configured list (or ip-masq-agent's
-// defaults when it is empty), link-local unless MasqLinkLocal /
+// defaults when it is empty and not explicit), link-local unless MasqLinkLocal /
 // MasqLinkLocalIPv6, the native-routing CIDRs, and the pod CIDRs (with
 // br_netfilter on, bridged pod-to-pod traffic passes POSTROUTING and must
 // keep its source). Prefixes covered by a shorter one in the list are
 // dropped. Invalid prefixes are skipped (Validate reports them).
 func (c Config) EffectiveNonMasquerade() []netip.Prefix {
 	var out []netip.Prefix
-	if len(c.NonMasqueradeCIDRs) == 0 {
+	if len(c.NonMasqueradeCIDRs) == 0 && !c.NonMasqueradeExplicit {
 		out = append(out, DefaultNonMasqueradeCIDRs...)
 	} else {
 		out = append(out, c.NonMasqueradeCIDRs...)

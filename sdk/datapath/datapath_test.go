@@ -76,6 +76,9 @@ func TestEffectiveNonMasquerade(t *testing.T) {
 	}{
 		{"defaults plus link-local", Config{}, with(defaults, "169.254.0.0/16", "fe80::/10")},
 		{"masq link-local", Config{MasqLinkLocal: true, MasqLinkLocalIPv6: true}, with(defaults)},
+		{"explicitly empty: only link-local", Config{NonMasqueradeExplicit: true}, pfx("169.254.0.0/16", "fe80::/10")},
+		{"explicitly empty with pods", Config{NonMasqueradeExplicit: true, MasqLinkLocal: true, PodCIDRs: pfx("10.244.0.0/24")},
+			pfx("10.244.0.0/24", "fe80::/10")},
 		{"custom list replaces defaults", Config{NonMasqueradeCIDRs: pfx("198.18.0.0/15"), MasqLinkLocal: true},
 			pfx("198.18.0.0/15", "fe80::/10")},
 		{"pod and native added, covered dropped", Config{

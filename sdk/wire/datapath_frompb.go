@@ -40,6 +40,7 @@ func DatapathConfigFromProto(m *pb.DatapathConfig) (datapath.Config, error) {
 		c.PortRange = datapath.PortRange{Min: uint16(pr.Min), Max: uint16(pr.Max)}
 	}
 	c.MasqLinkLocal = m.MasqLinkLocal
+	c.NonMasqueradeExplicit = m.NonMasqueradeExplicit
 	c.MasqLinkLocalIPv6 = m.MasqLinkLocalIpv6
 	c.EgressInterfaces = m.EgressInterfaces
 	c.PodInterfaces = m.PodInterfaces

@@ -26,7 +26,8 @@ func DatapathConfigToProto(c datapath.Config) *pb.DatapathConfig {
 			UdpNanos:       int64(c.Timeouts.UDP),
 			IcmpNanos:      int64(c.Timeouts.ICMP),
 		},
-		PinPath: c.PinPath,
+		PinPath:               c.PinPath,
+		NonMasqueradeExplicit: c.NonMasqueradeExplicit,
 	}
 }
 

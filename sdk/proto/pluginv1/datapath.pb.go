@@ -213,8 +213,11 @@ type DatapathConfig struct {
 	GcIntervalNanos         int64                  `protobuf:"varint,12,opt,name=gc_interval_nanos,json=gcIntervalNanos,proto3" json:"gc_interval_nanos,omitempty"`
 	Timeouts                *Timeouts              `protobuf:"bytes,13,opt,name=timeouts,proto3" json:"timeouts,omitempty"`
 	PinPath                 string                 `protobuf:"bytes,14,opt,name=pin_path,json=pinPath,proto3" json:"pin_path,omitempty"`
-	unknownFields           protoimpl.UnknownFields
-	sizeCache               protoimpl.SizeCache
+	// non_masquerade_cidrs is the whole list even when empty (ip-masq-agent's
+	// explicit "nonMasqueradeCIDRs: []"): no default ranges are added.
+	NonMasqueradeExplicit bool `protobuf:"varint,15,opt,name=non_masquerade_explicit,json=nonMasqueradeExplicit,proto3" json:"non_masquerade_explicit,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *DatapathConfig) Reset() {
@@ -343,6 +346,13 @@ func (x *DatapathConfig) GetPinPath() string {
 		return x.PinPath
 	}
 	return ""
+}
+
+func (x *DatapathConfig) GetNonMasqueradeExplicit() bool {
+	if x != nil {
+		return x.NonMasqueradeExplicit
+	}
+	return false
 }
 
 type ApplyRequest struct {
@@ -626,7 +636,7 @@ const file_allot_plugin_v1_datapath_proto_rawDesc = "" +
 	"icmp_nanos\x18\x04 \x01(\x03R\ticmpNanos\"/\n" +
 	"\tPortRange\x12\x10\n" +
 	"\x03min\x18\x01 \x01(\rR\x03min\x12\x10\n" +
-	"\x03max\x18\x02 \x01(\rR\x03max\"\x86\x05\n" +
+	"\x03max\x18\x02 \x01(\rR\x03max\"\xbe\x05\n" +
 	"\x0eDatapathConfig\x12\x1b\n" +
 	"\tpod_cidrs\x18\x01 \x03(\tR\bpodCidrs\x120\n" +
 	"\x14non_masquerade_cidrs\x18\x02 \x03(\tR\x12nonMasqueradeCidrs\x12&\n" +
@@ -643,7 +653,8 @@ const file_allot_plugin_v1_datapath_proto_rawDesc = "" +
 	"\x04maps\x18\v \x01(\v2\x19.allot.plugin.v1.MapSizesR\x04maps\x12*\n" +
 	"\x11gc_interval_nanos\x18\f \x01(\x03R\x0fgcIntervalNanos\x125\n" +
 	"\btimeouts\x18\r \x01(\v2\x19.allot.plugin.v1.TimeoutsR\btimeouts\x12\x19\n" +
-	"\bpin_path\x18\x0e \x01(\tR\apinPath\"G\n" +
+	"\bpin_path\x18\x0e \x01(\tR\apinPath\x126\n" +
+	"\x17non_masquerade_explicit\x18\x0f \x01(\bR\x15nonMasqueradeExplicit\"G\n" +
 	"\fApplyRequest\x127\n" +
 	"\x06config\x18\x01 \x01(\v2\x1f.allot.plugin.v1.DatapathConfigR\x06config\"\r\n" +
 	"\vApplyResult\"\x0f\n" +

@@ -775,6 +775,9 @@ func (x *PoolView) GetMultusName() []string {
 	return nil
 }
 
+// Field number 1000 is taken by the WASM transport's pool references (sdk/ABI.md, "Pool
+// references"), sent only to guests that announce them; never give it to a field. (It is
+// not declared `reserved` so the generated descriptor stays as committed.)
 type PodRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Pod           *Pod                   `protobuf:"bytes,1,opt,name=pod,proto3" json:"pod,omitempty"`
