@@ -1,5 +1,6 @@
-// Package api holds the wire types of allotd's local API: HTTP/JSON over a unix socket,
-// spoken by allot-cni and allotctl. The types carry no behaviour; the server lives in
+// Package api holds the wire types of allotd's local API on a unix socket: a framed binary
+// protocol (core/api/frame) spoken by allot-cni and allotctl, and HTTP/JSON beside it for
+// curl and scripts. The types carry no behaviour; the server lives in
 // core/api/server and the Go client in core/api/client. See API.md in this folder for the
 // endpoints.
 package api
