@@ -1,0 +1,296 @@
+// Package enihost is the host side of ENI mode, as the AWS VPC CNI sets it up
+// (amazon-vpc-cni-k8s, docs/cni-proposal.md "Pod to external communications"): a pod's
+// address is a secondary address of one ENI, and the VPC drops a packet whose source address
+// leaves through another interface. So each secondary ENI gets its own routing table (a
+// default route via its subnet's router, out of that ENI), and each pod on it two policy
+// rules:
+//
+//	512:  to <pod> lookup main          (traffic to the pod stays on the node's main table)
+//	1536: from <pod> lookup <eni table> (traffic from the pod leaves through its ENI)
+//
+// Pods on the primary ENI (device index 0) need neither: the main table's default route
+// already leaves through it. Tables are numbered device index + TableBase; every rule and
+// route carries allot's protocol number, so a restarted agent finds its own and removes the
+// stale ones without touching anything else.
+package enihost
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"slices"
+	"strings"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// Rule priorities, the AWS VPC CNI's.
+const (
+	ToPodPriority   = 512
+	FromPodPriority = 1536
+)
+
+// TableBase is added to an ENI's device index to make its routing table number (the AWS
+// VPC CNI uses the device index itself; the base keeps allot's tables apart from a VPC CNI
+// left on the node during a migration).
+const TableBase = 1000
+
+// Protocol marks allot's rules and routes (the same number as its node routes).
+const Protocol = 0xa7
+
+// ENI is one interface of the instance.
+type ENI struct {
+	// Index is the device index (0 = primary).
+	Index int
+	// MAC finds the interface on the host.
+	MAC string
+	// Subnet is the ENI's subnet; its router is the subnet's first host address, as in a VPC.
+	Subnet netip.Prefix
+}
+
+// Pod is one pod address and the ENI device index that holds it.
+type Pod struct {
+	Addr     netip.Addr
+	ENIIndex int
+}
+
+// Host applies ENI host routing in one network namespace.
+type Host struct {
+	// Handle is the netlink handle; nil means the caller's namespace.
+	Handle *netlink.Handle
+	Log    *slog.Logger
+}
+
+// Result is what Sync changed and what it could not do.
+type Result struct {
+	RulesAdded, RulesRemoved, RoutesSet int
+	Errors                              []error
+}
+
+func (h *Host) nl() *netlink.Handle {
+	if h.Handle != nil {
+		return h.Handle
+	}
+	return &netlink.Handle{}
+}
+
+// Sync makes the host's ENI tables and pod rules match enis and pods: every secondary ENI's
+// table has its routes; every pod on a secondary ENI has its two rules; allot's rules for
+// pods that are gone are removed. An ENI not found on the host (not attached yet) is an error
+// in the Result for its pods; the rest is applied.
+func (h *Host) Sync(enis []ENI, pods []Pod) (Result, error) {
+	var res Result
+	links, err := h.linksByMAC()
+	if err != nil {
+		return res, err
+	}
+	ready := map[int]bool{}
+	for _, e := range enis {
+		if e.Index == 0 {
+			ready[0] = true
+			continue
+		}
+		l, ok := links[strings.ToLower(e.MAC)]
+		if !ok {
+			res.Errors = append(res.Errors, fmt.Errorf("enihost: ENI device %d (%s): no interface with that MAC on the host yet", e.Index, e.MAC))
+			continue
+		}
+		if err := h.tableRoutes(e, l); err != nil {
+			res.Errors = append(res.Errors, err)
+			continue
+		}
+		res.RoutesSet++
+		ready[e.Index] = true
+	}
+	want := map[ruleKey]bool{}
+	for _, p := range pods {
+		if p.ENIIndex == 0 || !p.Addr.IsValid() {
+			continue
+		}
+		if !ready[p.ENIIndex] {
+			res.Errors = append(res.Errors, fmt.Errorf("enihost: pod %s: ENI device %d is not ready on the host", p.Addr, p.ENIIndex))
+			continue
+		}
+		want[ruleKey{p.Addr, ToPodPriority, unix.RT_TABLE_MAIN}] = true
+		want[ruleKey{p.Addr, FromPodPriority, TableBase + p.ENIIndex}] = true
+	}
+	have, err := h.rules()
+	if err != nil {
+		return res, err
+	}
+	for k, r := range have {
+		if want[k] {
+			continue
+		}
+		if err := h.nl().RuleDel(r); err != nil && !errors.Is(err, unix.ENOENT) {
+			res.Errors = append(res.Errors, fmt.Errorf("enihost: remove rule %s: %w", k, err))
+			continue
+		}
+		res.RulesRemoved++
+	}
+	keys := make([]ruleKey, 0, len(want))
+	for k := range want {
+		if _, ok := have[k]; !ok {
+			keys = append(keys, k)
+		}
+	}
+	slices.SortFunc(keys, func(a, b ruleKey) int {
+		if c := a.addr.Compare(b.addr); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.prio, b.prio)
+	})
+	for _, k := range keys {
+		if err := h.nl().RuleAdd(k.rule()); err != nil && !errors.Is(err, unix.EEXIST) {
+			res.Errors = append(res.Errors, fmt.Errorf("enihost: add rule %s: %w", k, err))
+			continue
+		}
+		res.RulesAdded++
+	}
+	if res.RulesAdded+res.RulesRemoved > 0 && h.Log != nil {
+		h.Log.Info("ENI pod rules synced", "added", res.RulesAdded, "removed", res.RulesRemoved, "pods", len(pods))
+	}
+	return res, nil
+}
+
+// RemoveAll removes every rule and ENI table route of allot's (uninstall).
+func (h *Host) RemoveAll() error {
+	have, err := h.rules()
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for k, r := range have {
+		if err := h.nl().RuleDel(r); err != nil && !errors.Is(err, unix.ENOENT) {
+			errs = append(errs, fmt.Errorf("enihost: remove rule %s: %w", k, err))
+		}
+	}
+	for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
+		rs, err := h.nl().RouteListFiltered(fam, &netlink.Route{Protocol: Protocol, Table: unix.RT_TABLE_UNSPEC}, netlink.RT_FILTER_PROTOCOL|netlink.RT_FILTER_TABLE)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		for _, r := range rs {
+			if r.Table > TableBase {
+				if err := h.nl().RouteDel(&r); err != nil && !errors.Is(err, unix.ESRCH) {
+					errs = append(errs, err)
+				}
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// tableRoutes sets ENI e's table: the router on-link through e, and the default route via it.
+func (h *Host) tableRoutes(e ENI, l netlink.Link) error {
+	if !e.Subnet.IsValid() || e.Subnet.Addr().BitLen()-e.Subnet.Bits() < 2 {
+		return fmt.Errorf("enihost: ENI device %d: subnet %s has no router address", e.Index, e.Subnet)
+	}
+	gw := e.Subnet.Masked().Addr().Next()
+	bits := gw.BitLen()
+	table := TableBase + e.Index
+	if err := h.nl().LinkSetUp(l); err != nil {
+		return fmt.Errorf("enihost: ENI device %d: set %s up: %w", e.Index, l.Attrs().Name, err)
+	}
+	routes := []*netlink.Route{
+		{LinkIndex: l.Attrs().Index, Dst: &net.IPNet{IP: gw.AsSlice(), Mask: net.CIDRMask(bits, bits)}, Scope: netlink.SCOPE_LINK, Table: table, Protocol: Protocol},
+		{LinkIndex: l.Attrs().Index, Dst: &net.IPNet{IP: zero(gw), Mask: net.CIDRMask(0, bits)}, Gw: gw.AsSlice(), Table: table, Protocol: Protocol},
+	}
+	for _, r := range routes {
+		if err := h.nl().RouteReplace(r); err != nil {
+			return fmt.Errorf("enihost: ENI device %d: table %d route %s: %w", e.Index, table, r.Dst, err)
+		}
+	}
+	return nil
+}
+
+func zero(a netip.Addr) net.IP {
+	if a.Is4() {
+		return net.IPv4zero.To4()
+	}
+	return net.IPv6zero
+}
+
+func (h *Host) linksByMAC() (map[string]netlink.Link, error) {
+	ls, err := h.nl().LinkList()
+	if err != nil {
+		return nil, fmt.Errorf("enihost: list links: %w", err)
+	}
+	out := map[string]netlink.Link{}
+	for _, l := range ls {
+		if mac := l.Attrs().HardwareAddr; len(mac) > 0 {
+			out[strings.ToLower(mac.String())] = l
+		}
+	}
+	return out, nil
+}
+
+type ruleKey struct {
+	addr  netip.Addr
+	prio  int
+	table int
+}
+
+func (k ruleKey) String() string {
+	if k.prio == ToPodPriority {
+		return fmt.Sprintf("%d: to %s lookup %d", k.prio, k.addr, k.table)
+	}
+	return fmt.Sprintf("%d: from %s lookup %d", k.prio, k.addr, k.table)
+}
+
+func (k ruleKey) rule() *netlink.Rule {
+	r := netlink.NewRule()
+	bits := k.addr.BitLen()
+	n := &net.IPNet{IP: k.addr.AsSlice(), Mask: net.CIDRMask(bits, bits)}
+	if k.prio == ToPodPriority {
+		r.Dst = n
+	} else {
+		r.Src = n
+	}
+	r.Priority, r.Table, r.Protocol = k.prio, k.table, Protocol
+	r.Family = netlink.FAMILY_V4
+	if k.addr.Is6() {
+		r.Family = netlink.FAMILY_V6
+	}
+	return r
+}
+
+// rules lists allot's rules (by protocol) keyed by what they do.
+func (h *Host) rules() (map[ruleKey]*netlink.Rule, error) {
+	out := map[ruleKey]*netlink.Rule{}
+	for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
+		rs, err := h.nl().RuleList(fam)
+		if err != nil {
+			return nil, fmt.Errorf("enihost: list rules: %w", err)
+		}
+		for i := range rs {
+			r := &rs[i]
+			if r.Protocol != Protocol {
+				continue
+			}
+			var n *net.IPNet
+			switch r.Priority {
+			case ToPodPriority:
+				n = r.Dst
+			case FromPodPriority:
+				n = r.Src
+			default:
+				continue
+			}
+			if n == nil {
+				continue
+			}
+			a, ok := netip.AddrFromSlice(n.IP)
+			if !ok {
+				continue
+			}
+			out[ruleKey{a.Unmap(), r.Priority, r.Table}] = r
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,145 @@
+package enihost
+
+import (
+	"net"
+	"net/netip"
+	"os"
+	"runtime"
+	"testing"
+
+	"github.com/allot-ipam/allot/test/datapath/topo"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+)
+
+// newNS makes a network namespace for the test and removes it at the end.
+func newNS(t *testing.T) netns.NsHandle {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("short mode: creates a network namespace")
+	}
+	if reason := topo.CheckPrivileges(); reason != "" {
+		t.Fatal(reason)
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	orig, err := netns.Get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer orig.Close()
+	name := "allot-enihost-" + t.Name()
+	ns, err := netns.NewNamed(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := netns.Set(orig); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ns.Close(); _ = netns.DeleteNamed(name) })
+	return ns
+}
+
+func ipnet(s string) *net.IPNet {
+	ip, n, err := net.ParseCIDR(s)
+	if err != nil {
+		panic(err)
+	}
+	n.IP = ip
+	return n
+}
+
+// TestSyncRoutesPodTrafficThroughItsENI: dummy devices stand for the primary and a
+// secondary ENI; a pod address of the secondary ENI leaves through it, via its subnet's
+// router, and one of the primary ENI through the main table; rules go with the pod.
+func TestSyncRoutesPodTrafficThroughItsENI(t *testing.T) {
+	ns := newNS(t)
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	mac1, _ := net.ParseMAC("02:00:00:00:00:01")
+	// veth pairs stand for the ENIs (this kernel may lack the dummy driver); the peer ends
+	// stay in the namespace, up, so the links have carrier.
+	links := map[string]*netlink.Veth{
+		"eth0": {LinkAttrs: netlink.LinkAttrs{Name: "eth0"}, PeerName: "eth0p"},
+		"eth1": {LinkAttrs: netlink.LinkAttrs{Name: "eth1", HardwareAddr: mac1}, PeerName: "eth1p"},
+		"pod0": {LinkAttrs: netlink.LinkAttrs{Name: "pod0"}, PeerName: "pod0p"},
+	}
+	for _, name := range []string{"eth0", "eth1", "pod0"} {
+		l := links[name]
+		if err := h.LinkAdd(l); err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range []string{name, l.PeerName} {
+			ln, err := h.LinkByName(n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := h.LinkSetUp(ln); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ln, _ := h.LinkByName(name)
+		l.Index = ln.Attrs().Index
+	}
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(h.AddrAdd(links["eth0"], &netlink.Addr{IPNet: ipnet("10.1.0.10/24")}))
+	must(h.AddrAdd(links["eth1"], &netlink.Addr{IPNet: ipnet("10.1.1.10/24")}))
+	must(h.RouteAdd(&netlink.Route{Dst: ipnet("0.0.0.0/0"), Gw: net.ParseIP("10.1.0.1")}))
+	must(topo.In(ns, func() error { return os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0o644) }))
+
+	enis := []ENI{{Index: 0, MAC: "02:00:00:00:00:00", Subnet: netip.MustParsePrefix("10.1.0.0/24")},
+		{Index: 1, MAC: "02:00:00:00:00:01", Subnet: netip.MustParsePrefix("10.1.1.0/24")}}
+	pods := []Pod{{Addr: netip.MustParseAddr("10.1.1.50"), ENIIndex: 1}, {Addr: netip.MustParseAddr("10.1.0.50"), ENIIndex: 0}}
+	host := &Host{Handle: h}
+	res, err := host.Sync(enis, pods)
+	if err != nil || len(res.Errors) != 0 || res.RulesAdded != 2 {
+		t.Fatalf("sync: %+v %v", res, err)
+	}
+	egress := func(src string) (oif int, gw net.IP) {
+		t.Helper()
+		rs, err := h.RouteGetWithOptions(net.ParseIP("203.0.113.9"), &netlink.RouteGetOptions{SrcAddr: net.ParseIP(src), Iif: "pod0"})
+		if err != nil || len(rs) == 0 {
+			t.Fatalf("route get from %s: %v", src, err)
+		}
+		return rs[0].LinkIndex, rs[0].Gw
+	}
+	if oif, gw := egress("10.1.1.50"); oif != links["eth1"].Index || !gw.Equal(net.ParseIP("10.1.1.1")) {
+		t.Fatalf("secondary-ENI pod leaves through ifindex %d via %s, want eth1 (%d) via 10.1.1.1", oif, gw, links["eth1"].Index)
+	}
+	if oif, _ := egress("10.1.0.50"); oif != links["eth0"].Index {
+		t.Fatalf("primary-ENI pod leaves through ifindex %d, want eth0", oif)
+	}
+	// A restarted agent with the same state changes nothing.
+	if res, err := (&Host{Handle: h}).Sync(enis, pods); err != nil || res.RulesAdded+res.RulesRemoved != 0 {
+		t.Fatalf("resync: %+v %v", res, err)
+	}
+	// The pod goes: its rules go; an ENI not on the host yet is reported for its pods.
+	res, err = host.Sync(append(enis, ENI{Index: 2, MAC: "02:00:00:00:00:02", Subnet: netip.MustParsePrefix("10.1.2.0/24")}),
+		[]Pod{{Addr: netip.MustParseAddr("10.1.2.7"), ENIIndex: 2}})
+	if err != nil || res.RulesRemoved != 2 || len(res.Errors) != 2 {
+		t.Fatalf("pod gone: %+v %v", res, err)
+	}
+	if oif, _ := egress("10.1.1.50"); oif != links["eth0"].Index {
+		t.Fatalf("after removal the address should follow the main table, got ifindex %d", oif)
+	}
+	if _, err := host.Sync(enis, pods); err != nil {
+		t.Fatal(err)
+	}
+	if err := host.RemoveAll(); err != nil {
+		t.Fatal(err)
+	}
+	if rules, _ := host.rules(); len(rules) != 0 {
+		t.Fatalf("rules left: %v", rules)
+	}
+	if rs, _ := h.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Table: TableBase + 1}, netlink.RT_FILTER_TABLE); len(rs) != 0 {
+		t.Fatalf("table routes left: %v", rs)
+	}
+}
