@@ -1,0 +1,176 @@
+{{/*
+Names are fixed (as in Cilium's chart): one allot per cluster (the CRDs, the Lease and the
+webhook configuration are cluster-wide), and fixed names let documents and other tools find
+the objects.
+*/}}
+
+{{- define "allot.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "allot.labels" -}}
+helm.sh/chart: {{ include "allot.chart" . }}
+app.kubernetes.io/part-of: allot
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+{{- end -}}
+
+{{- define "allot.agent.selectorLabels" -}}
+app.kubernetes.io/name: allot-agent
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "allot.operator.selectorLabels" -}}
+app.kubernetes.io/name: allot-operator
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "allot.image" -}}
+{{- $i := .Values.image -}}
+{{- if $i.digest -}}
+{{- printf "%s@%s" $i.repository $i.digest -}}
+{{- else -}}
+{{- printf "%s:%s" $i.repository (default (printf "v%s" .Chart.AppVersion) $i.tag) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The agent runs in every mode but clustercidr (no allot-cni pool there). */}}
+{{- define "allot.agentEnabled" -}}
+{{- if and .Values.agent.enabled (ne .Values.mode "clustercidr") }}true{{ end -}}
+{{- end -}}
+
+{{- define "allot.webhookServiceName" -}}allot-operator-webhook{{- end -}}
+{{- define "allot.webhookSecretName" -}}allot-operator-webhook-tls{{- end -}}
+{{- define "allot.webhookConfigName" -}}allot-shared-pools.allot.io{{- end -}}
+
+{{- define "allot.ipMasqConfigMapName" -}}
+{{- default "allot-ip-masq-agent" .Values.ipMasqAgent.configMapName -}}
+{{- end -}}
+
+{{/* The datapath reads an ip-masq-agent file only when there is a datapath. */}}
+{{- define "allot.ipMasqMounted" -}}
+{{- if and .Values.ipMasqAgent.enabled (ne .Values.datapath.type "none") }}true{{ end -}}
+{{- end -}}
+
+{{/* host and port of an http.address "host:port" or "[v6]:port". */}}
+{{- define "allot.httpHost" -}}
+{{- $a := . -}}
+{{- if hasPrefix "[" $a -}}
+{{- regexReplaceAll "^\\[(.*)\\]:[0-9]+$" $a "${1}" -}}
+{{- else -}}
+{{- regexReplaceAll ":[0-9]+$" $a "" -}}
+{{- end -}}
+{{- end -}}
+{{- define "allot.httpPort" -}}
+{{- regexReplaceAll "^.*:([0-9]+)$" . "${1}" -}}
+{{- end -}}
+
+{{/* CNI network names served from shared pools. */}}
+{{- define "allot.sharedNetworks" -}}
+{{- $nets := .Values.sharedPools.networks -}}
+{{- if and (not $nets) (eq .Values.mode "sharedpool") -}}
+{{- $nets = list (include "allot.conflistName" .) -}}
+{{- end -}}
+{{- toJson (default (list) $nets) -}}
+{{- end -}}
+
+{{/* The conflist as a map (it may be given as a JSON string). */}}
+{{- define "allot.conflistMap" -}}
+{{- $c := .Values.cni.conflist -}}
+{{- if kindIs "string" $c -}}
+{{- $c = fromJson $c -}}
+{{- if hasKey $c "Error" -}}
+{{- fail (printf "cni.conflist: not JSON: %s" $c.Error) -}}
+{{- end -}}
+{{- end -}}
+{{- toJson $c -}}
+{{- end -}}
+
+{{- define "allot.conflistName" -}}
+{{- $c := include "allot.conflistMap" . | fromJson -}}
+{{- required "cni.conflist: needs a name (the CNI network name)" $c.name -}}
+{{- end -}}
+
+{{/* Plugins split by who loads them: the operator the cloud backends, the agent the rest. */}}
+{{- define "allot.agentPlugins" -}}
+{{- $out := list -}}
+{{- range .Values.plugins -}}
+{{- if ne .kind "cloud-backend" }}{{ $out = append $out . }}{{ end -}}
+{{- end -}}
+{{- toJson $out -}}
+{{- end -}}
+{{- define "allot.operatorPlugins" -}}
+{{- $out := list -}}
+{{- range .Values.plugins -}}
+{{- if eq .kind "cloud-backend" }}{{ $out = append $out . }}{{ end -}}
+{{- end -}}
+{{- toJson $out -}}
+{{- end -}}
+
+{{/* Capabilities of the agent: what the datapath needs, plus extraCapabilities. */}}
+{{- define "allot.agentCapabilities" -}}
+{{- $caps := list -}}
+{{- if eq .Values.datapath.type "iptables" -}}
+{{- $caps = list "NET_ADMIN" "NET_RAW" -}}
+{{- else if eq .Values.datapath.type "ebpf" -}}
+{{- $caps = list "NET_ADMIN" "BPF" "PERFMON" -}}
+{{- else if ne .Values.datapath.type "none" -}}
+{{- /* A datapath plugin runs as a child of the agent: give it what the built-ins have. */ -}}
+{{- $caps = list "NET_ADMIN" "NET_RAW" -}}
+{{- end -}}
+{{- toJson (concat $caps .Values.agent.extraCapabilities | uniq) -}}
+{{- end -}}
+
+{{/* Environment shared by agent and operator. */}}
+{{- define "allot.commonEnv" -}}
+- name: NODE_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: spec.nodeName
+- name: POD_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.name
+- name: POD_NAMESPACE
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.namespace
+{{- if .Values.k8sServiceHost }}
+- name: KUBERNETES_SERVICE_HOST
+  value: {{ .Values.k8sServiceHost | quote }}
+- name: KUBERNETES_SERVICE_PORT
+  value: {{ default "443" .Values.k8sServicePort | toString | quote }}
+{{- end }}
+{{- end -}}
+
+{{/* The plugin files volume and its mount, when configured (empty otherwise). */}}
+{{- define "allot.pluginVolume" -}}
+{{- with .Values.pluginFiles -}}
+{{- if .hostPath -}}
+- name: plugins
+  hostPath:
+    path: {{ .hostPath }}
+    type: Directory
+{{- else if .image.reference -}}
+- name: plugins
+  image:
+    reference: {{ .image.reference }}
+    pullPolicy: {{ .image.pullPolicy }}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- define "allot.pluginVolumeMount" -}}
+{{- if or .Values.pluginFiles.hostPath .Values.pluginFiles.image.reference -}}
+- name: plugins
+  mountPath: /opt/allot/plugins
+  readOnly: true
+{{- end -}}
+{{- end -}}
+
+{{/* metadata.annotations of the pool objects the chart creates. */}}
+{{- define "allot.poolAnnotations" -}}
+{{- if .Values.keepPools }}
+annotations:
+  helm.sh/resource-policy: keep
+{{- end }}
+{{- end -}}
