@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"sigs.k8s.io/yaml"
 )
 
 // TestChartCRDsMatchGenerated: the chart's crds/ are copies of deploy/crds/allot.io_*.yaml (made
@@ -112,4 +114,59 @@ func firstDiffLine(a, b []byte) int {
 		}
 	}
 	return min(len(la), len(lb)) + 1
+}
+
+// TestChartREADMEListsEveryValue: every key of values.yaml has a row in the README's values
+// table (a sibling may be written `.key` in its parent's row). Maps whose keys are the user's
+// (resources, conflist, probes...) count as one value.
+func TestChartREADMEListsEveryValue(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(chartDir(t), "values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var vals map[string]any
+	if err := yaml.Unmarshal(b, &vals); err != nil {
+		t.Fatal(err)
+	}
+	readme, err := os.ReadFile(filepath.Join(chartDir(t), "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rows []string
+	for _, l := range strings.Split(string(readme), "\n") {
+		if strings.HasPrefix(l, "| `") {
+			rows = append(rows, strings.SplitN(l[1:], "|", 2)[0])
+		}
+	}
+	whole := map[string]bool{
+		"cni.conflist": true, "eni.config": true, "eni.aws": true, "ipMasqAgent.config": true,
+		"agent.resources": true, "operator.resources": true, "agent.updateStrategy": true,
+		"agent.nodeSelector": true, "operator.nodeSelector": true,
+		"agent.livenessProbe": true, "agent.readinessProbe": true, "agent.startupProbe": true,
+		"operator.livenessProbe": true, "operator.readinessProbe": true,
+	}
+	var walk func(prefix string, m map[string]any)
+	walk = func(prefix string, m map[string]any) {
+		for k, v := range m {
+			p := k
+			if prefix != "" {
+				p = prefix + "." + k
+			}
+			if sub, ok := v.(map[string]any); ok && len(sub) > 0 && !whole[p] {
+				walk(p, sub)
+				continue
+			}
+			found := false
+			for _, r := range rows {
+				if strings.Contains(r, "`"+p+"`") || (prefix != "" && strings.Contains(r, "`"+prefix+".") && strings.Contains(r, "`."+k+"`")) {
+					found = true
+					break
+				}
+			}
+			if !found {
+				t.Errorf("values.yaml key %s has no row in deploy/helm/allot/README.md", p)
+			}
+		}
+	}
+	walk("", vals)
 }

@@ -116,7 +116,12 @@ func TestHelmInstallExamples(t *testing.T) {
 	for _, vc := range exampleCases(t) {
 		t.Run(vc.name, func(t *testing.T) {
 			args := append([]string{"install", ReleaseName, chartDir(t), "--namespace", Namespace}, vc.args(t)...)
-			runHelm(t, helmEnv, args...)
+			out := runHelm(t, helmEnv, args...)
+			notes := out[max(0, bytes.Index(out, []byte("NOTES:"))):]
+			if !bytes.Contains(notes, []byte(" is installed in "+Namespace+" (mode: ")) {
+				t.Errorf("helm install printed no NOTES:\n%s", out)
+			}
+			t.Logf("%s", notes)
 			manifest := runHelm(t, helmEnv, "get", "manifest", ReleaseName, "--namespace", Namespace)
 			objs := objectsOf(t, manifest)
 			if len(objs) < 8 {
