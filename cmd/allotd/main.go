@@ -57,6 +57,7 @@ func main() {
 	}
 	cmd.Flags().StringVarP(&cfgPath, "config", "c", os.Getenv("ALLOT_CONFIG"), "configuration file (YAML); env ALLOT_CONFIG")
 	config.RegisterFlags(cmd.Flags())
+	cmd.AddCommand(newInstallCNICommand())
 	if err := cmd.ExecuteContext(context.Background()); err != nil {
 		fmt.Fprintln(os.Stderr, "allotd:", err)
 		os.Exit(1)
