@@ -29,6 +29,8 @@ type Config struct {
 	Cloud Cloud `koanf:"cloud"`
 	// Cluster configures the agent and operator modes (cluster.go).
 	Cluster Cluster `koanf:"cluster"`
+	// CNI is the agent's network configuration and uninstall (cni.go).
+	CNI CNI `koanf:"cni"`
 
 	// Warnings are problems that do not stop the daemon (e.g. an unknown ALLOT_ variable);
 	// allotd logs them at start.
@@ -124,6 +126,7 @@ func Defaults() Config {
 		// Masquerading changes the node's firewall: opt in.
 		Datapath: Datapath{Type: "none"},
 		Log:      LogConfig{Level: "info", Format: "text"},
+		CNI:      DefaultCNI(),
 		Policy: Policy{
 			Default: Chain{Policies: []string{"static"}},
 			Timeout: 2 * time.Second,

@@ -53,6 +53,7 @@ func (c *Config) Validate() error {
 		errs = append(errs, c.validateCloud()...)
 	}
 	errs = append(errs, c.validateCluster()...)
+	errs = append(errs, c.validateCNI()...)
 	errs = append(errs, c.validateDatapath()...)
 	errs = append(errs, c.validatePolicy()...)
 	return errors.Join(errs...)
