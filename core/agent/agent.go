@@ -95,6 +95,9 @@ type Agent struct {
 
 	synced  atomic.Bool
 	reclaim chan struct{}
+	// nodeRead is closed once the node's blocks from its AllotNode are in the manager.
+	nodeRead     chan struct{}
+	nodeReadOnce sync.Once
 
 	mu sync.Mutex
 	// releasing are blocks removed from the local allocator that the node object may still
@@ -178,6 +181,7 @@ func New(opts Options) (*Agent, error) {
 		live:      live,
 		loop:      newLoop(opts.Debounce, opts.Resync),
 		reclaim:   make(chan struct{}, 1),
+		nodeRead:  make(chan struct{}),
 		releasing: map[blockKey]bool{},
 		stale:     map[api.Owner]time.Time{},
 		reported:  map[string]bool{},
@@ -196,6 +200,12 @@ func (a *Agent) Trigger() { a.loop.Trigger() }
 
 // Synced reports whether the informer cache has synced at least once.
 func (a *Agent) Synced() bool { return a.synced.Load() }
+
+// NodeRead is closed once a sync pass has read the node's AllotNode and put its blocks (or
+// ENI addresses) into the manager: from then on the manager's pools are the node's.
+func (a *Agent) NodeRead() <-chan struct{} { return a.nodeRead }
+
+func (a *Agent) markNodeRead() { a.nodeReadOnce.Do(func() { close(a.nodeRead) }) }
 
 // Run starts the informers and the sync and reclaim loops, and returns when ctx ends.
 func (a *Agent) Run(ctx context.Context, m *ipam.Manager) error {
@@ -337,6 +347,7 @@ func (a *Agent) sync(ctx context.Context) (time.Time, error) {
 
 	pools := a.clusterPools(ctx, m)
 	a.syncBlocks(node, m)
+	a.markNodeRead()
 
 	// Releases: blocks nobody uses that the demand does not need, once they stayed so for
 	// the release delay. Removed from the allocator first, then from the node object.

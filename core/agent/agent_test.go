@@ -531,3 +531,39 @@ func TestAgentSurvivesAPIServerRestart(t *testing.T) {
 		t.Fatal("unreachable")
 	}
 }
+
+// TestAgentNodeRead: NodeRead closes only once the blocks of the node's AllotNode are in the
+// manager (the agent daemon writes the network configuration and applies the datapath then).
+func TestAgentNodeRead(t *testing.T) {
+	env := k8senv.Start(t)
+	c, err := env.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := c.Create(ctx, &allotv1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: "default"}, Spec: allotv1.IPPoolSpec{
+		IPv4: &allotv1.PoolFamily{CIDRs: []string{"10.30.0.0/24"}, MaskSize: 28}}}); err != nil {
+		t.Fatal(err)
+	}
+	n := &allotv1.AllotNode{ObjectMeta: metav1.ObjectMeta{Name: "node-r"}}
+	n.Spec.IPAM.Pools.Allocated = []allotv1.PoolAllocation{{Pool: "default", CIDRs: []string{"10.30.0.16/28", "10.30.0.32/28"}}}
+	if err := c.Create(ctx, n); err != nil {
+		t.Fatal(err)
+	}
+	r := &agentRig{t: t, env: env, c: c, node: "node-r", dir: t.TempDir(), grace: time.Minute}
+	r.start()
+	defer r.shutdown()
+	select {
+	case <-r.a.NodeRead():
+	case <-time.After(20 * time.Second):
+		t.Fatal("NodeRead not closed 20 s after start")
+	}
+	u := usage(r.m, "default", policy.IPv4)
+	var got []string
+	for _, cs := range u.CIDRs {
+		got = append(got, cs.Prefix.String())
+	}
+	if !slices.Equal(got, []string{"10.30.0.16/28", "10.30.0.32/28"}) {
+		t.Fatalf("blocks in the manager when NodeRead closed: %v", got)
+	}
+}

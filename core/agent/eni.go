@@ -173,6 +173,8 @@ func (a *Agent) syncENI(ctx context.Context) error {
 		}
 	}
 
+	a.markNodeRead()
+
 	// Status: handshake answers, used and pending, in one write.
 	used, pending, err := a.eniUsage(ctx, m, pool)
 	if err != nil {
