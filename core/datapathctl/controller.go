@@ -1,7 +1,9 @@
 // Package datapathctl keeps the node's datapath in line with the configuration: it applies
-// the datapath at start with the node's pod CIDRs, re-reads an ip-masq-agent file at its
-// resync interval and re-applies on change (datapaths reload without dropping established
-// flows), and removes everything at shutdown.
+// the datapath at start with the node's pod CIDRs, re-applies when the pod CIDRs change (an
+// agent's blocks come and go), re-reads an ip-masq-agent file at its resync interval and
+// re-applies on change (datapaths reload without dropping established flows), and at
+// shutdown either removes everything (Stop, Remove) or leaves the rules in force for the
+// next process to adopt (Close).
 package datapathctl
 
 import (
@@ -49,7 +51,53 @@ func New(opts Options) *Controller {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	opts.PodCIDRs = datapath.NormalizePrefixes(opts.PodCIDRs)
 	return &Controller{opts: opts, log: opts.Logger, resync: masqconfig.DefaultResync}
+}
+
+// Started reports whether the datapath has been applied (and not removed since).
+func (c *Controller) Started() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.applied
+}
+
+// PodCIDRs returns the pod CIDRs in force (or to apply at Start), normalized.
+func (c *Controller) PodCIDRs() []netip.Prefix {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.opts.PodCIDRs)
+}
+
+// SetPodCIDRs makes cidrs the pod CIDRs. Before Start it only records them; afterwards it
+// re-applies the datapath, but only when the set (normalized: masked, sorted, without
+// prefixes another one covers) differs from the one in force. On error the previous set
+// stays in force and recorded, so that a retry with the same set applies again. It reports
+// whether it applied.
+func (c *Controller) SetPodCIDRs(ctx context.Context, cidrs []netip.Prefix) (bool, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	want := datapath.NormalizePrefixes(cidrs)
+	if slices.Equal(want, c.opts.PodCIDRs) {
+		return false, nil
+	}
+	if !c.applied {
+		c.opts.PodCIDRs = want
+		return false, nil
+	}
+	prev := c.opts.PodCIDRs
+	c.opts.PodCIDRs = want
+	cfg, raw, err := c.desired()
+	if err == nil {
+		err = c.opts.Datapath.Apply(ctx, cfg)
+	}
+	if err != nil {
+		c.opts.PodCIDRs = prev
+		return false, fmt.Errorf("datapath: apply pod CIDRs %v: %w", want, err)
+	}
+	c.lastFile = raw
+	c.log.Info("datapath re-applied with new pod CIDRs", "pod_cidrs", want, "before", prev)
+	return true, nil
 }
 
 // Start applies the datapath once. An unreadable or invalid ip-masq-agent file is an error
@@ -94,6 +142,9 @@ func (c *Controller) Run(ctx context.Context) {
 func (c *Controller) Resync(ctx context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if !c.applied {
+		return nil // Start reads the file
+	}
 	cfg, raw, err := c.desired()
 	if err != nil {
 		return err
@@ -109,7 +160,8 @@ func (c *Controller) Resync(ctx context.Context) error {
 	return nil
 }
 
-// Stop removes every rule and program the datapath installed.
+// Stop removes every rule and program the datapath installed; it does nothing if the
+// datapath was never applied (standalone mode's shutdown).
 func (c *Controller) Stop(ctx context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -121,6 +173,53 @@ func (c *Controller) Stop(ctx context.Context) error {
 	}
 	c.applied = false
 	c.log.Info("datapath removed")
+	return nil
+}
+
+// configRemover is implemented by datapaths whose leftovers of an earlier process can only be
+// found with the configuration (the eBPF datapath's pin path), for Remove before any Apply.
+type configRemover interface {
+	RemoveWithConfig(ctx context.Context, cfg datapath.Config) error
+}
+
+// Remove removes every rule and program of the datapath, whether this process applied them
+// or an earlier one left them (an agent uninstalled before it ever applied). Idempotent.
+func (c *Controller) Remove(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var err error
+	if cr, ok := c.opts.Datapath.(configRemover); ok && !c.applied {
+		err = cr.RemoveWithConfig(ctx, c.opts.Base)
+	} else {
+		err = c.opts.Datapath.Remove(ctx)
+	}
+	if err != nil {
+		return fmt.Errorf("datapath: remove: %w", err)
+	}
+	c.applied = false
+	c.log.Info("datapath removed")
+	return nil
+}
+
+// Close leaves the datapath's rules and programs in force and releases what this process
+// holds (the eBPF datapath's maps and collector, through its Close), so that the next
+// process adopts them: an agent restarted by a rolling update keeps masquerading its pods'
+// traffic meanwhile. Each built-in datapath replaces what an earlier process left on its
+// first Apply (iptables: chains named by the hash of their rules, jumps by comment; eBPF:
+// pinned links and flow table, tc filters by handle).
+func (c *Controller) Close(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	was := c.applied
+	c.applied = false
+	if cl, ok := c.opts.Datapath.(interface{ Close() error }); ok {
+		if err := cl.Close(); err != nil {
+			return fmt.Errorf("datapath: close: %w", err)
+		}
+	}
+	if was {
+		c.log.Info("datapath left in place for the next agent", "pod_cidrs", c.opts.PodCIDRs)
+	}
 	return nil
 }
 

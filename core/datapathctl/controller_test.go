@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -137,5 +138,105 @@ func TestMissingFileMeansDefaults(t *testing.T) {
 	c = New(Options{Datapath: &recorder{}, MasqAgentConfig: dir, Logger: quiet})
 	if err := c.Start(ctx); err == nil || !strings.Contains(err.Error(), "datapath.masqAgentConfig") {
 		t.Fatalf("unreadable file: %v", err)
+	}
+}
+
+func prefixes(ss ...string) []netip.Prefix {
+	out := make([]netip.Prefix, len(ss))
+	for i, s := range ss {
+		out[i] = netip.MustParsePrefix(s)
+	}
+	return out
+}
+
+// TestSetPodCIDRs: recorded before Start, re-applied afterwards only when the normalized set
+// changed, the old set kept on a refused apply.
+func TestSetPodCIDRs(t *testing.T) {
+	r := &recorder{}
+	c := New(Options{Datapath: r, Logger: quiet})
+	ctx := context.Background()
+	if applied, err := c.SetPodCIDRs(ctx, prefixes("10.1.0.16/28", "10.1.0.0/28")); err != nil || applied || len(r.applied) != 0 {
+		t.Fatalf("before Start: %v %v %d", applied, err, len(r.applied))
+	}
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.applied[0].PodCIDRs; !slices.Equal(got, prefixes("10.1.0.0/28", "10.1.0.16/28")) {
+		t.Fatalf("Start applied %v", got)
+	}
+	// Same set, in another order, with a duplicate and a covered prefix: no apply.
+	if applied, err := c.SetPodCIDRs(ctx, prefixes("10.1.0.16/28", "10.1.0.0/28", "10.1.0.0/28", "10.1.0.20/32")); err != nil || applied || len(r.applied) != 1 {
+		t.Fatalf("same set: %v %v %d", applied, err, len(r.applied))
+	}
+	if applied, err := c.SetPodCIDRs(ctx, prefixes("10.1.0.16/28", "fd00::/124")); err != nil || !applied || len(r.applied) != 2 {
+		t.Fatalf("changed set: %v %v %d", applied, err, len(r.applied))
+	}
+	if got := r.applied[1].PodCIDRs; !slices.Equal(got, prefixes("10.1.0.16/28", "fd00::/124")) {
+		t.Fatalf("applied %v", got)
+	}
+	r.fail = errors.New("boom")
+	if _, err := c.SetPodCIDRs(ctx, prefixes("10.1.0.32/28")); err == nil || !strings.Contains(err.Error(), "boom") {
+		t.Fatalf("refused: %v", err)
+	}
+	if got := c.PodCIDRs(); !slices.Equal(got, prefixes("10.1.0.16/28", "fd00::/124")) {
+		t.Fatalf("after a refused apply the set in force is %v", got)
+	}
+	r.fail = nil
+	if applied, err := c.SetPodCIDRs(ctx, prefixes("10.1.0.32/28")); err != nil || !applied {
+		t.Fatalf("retry: %v %v", applied, err)
+	}
+	if applied, err := c.SetPodCIDRs(ctx, nil); err != nil || !applied || len(r.applied[len(r.applied)-1].PodCIDRs) != 0 {
+		t.Fatalf("no block left: %v %v", applied, err)
+	}
+}
+
+// closer is a recorder with the eBPF datapath's Close and RemoveWithConfig.
+type closer struct {
+	recorder
+	closed     int
+	removedCfg []datapath.Config
+}
+
+func (c *closer) Close() error { c.closed++; return nil }
+
+func (c *closer) RemoveWithConfig(_ context.Context, cfg datapath.Config) error {
+	c.removedCfg = append(c.removedCfg, cfg)
+	return nil
+}
+
+// TestCloseKeepsRemoveRemoves: Close leaves the rules (and releases the datapath's process
+// resources); Remove removes even what this process never applied, with the configuration
+// where the datapath needs it to find an earlier process's leftovers.
+func TestCloseKeepsRemoveRemoves(t *testing.T) {
+	ctx := context.Background()
+	r := &closer{}
+	c := New(Options{Datapath: r, Base: datapath.Config{PinPath: "/sys/fs/bpf/allot"}, Logger: quiet})
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(ctx); err != nil || r.removed != 0 || r.closed != 1 || c.Started() {
+		t.Fatalf("Close: %v, removed %d, closed %d", err, r.removed, r.closed)
+	}
+	// Resync after Close applies nothing.
+	if err := c.Resync(ctx); err != nil || len(r.applied) != 1 {
+		t.Fatalf("resync after Close: %v, %d applies", err, len(r.applied))
+	}
+
+	r = &closer{}
+	c = New(Options{Datapath: r, Base: datapath.Config{PinPath: "/sys/fs/bpf/allot"}, Logger: quiet})
+	if err := c.Remove(ctx); err != nil || len(r.removedCfg) != 1 || r.removedCfg[0].PinPath != "/sys/fs/bpf/allot" {
+		t.Fatalf("Remove before Start: %v, %+v", err, r.removedCfg)
+	}
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Remove(ctx); err != nil || r.removed != 1 || c.Started() {
+		t.Fatalf("Remove after Start: %v, removed %d", err, r.removed)
+	}
+
+	plain := &recorder{}
+	c = New(Options{Datapath: plain, Logger: quiet})
+	if err := c.Remove(ctx); err != nil || plain.removed != 1 {
+		t.Fatalf("Remove of a datapath without RemoveWithConfig: %v, removed %d", err, plain.removed)
 	}
 }

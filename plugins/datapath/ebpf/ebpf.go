@@ -73,6 +73,7 @@ type attachment struct {
 	tcx     bool
 	egress  link.Link // tcx only
 	ingress link.Link // tcx only
+	pinDir  string    // tcx links pinned there (attach.go)
 }
 
 var _ datapath.Datapath = (*Datapath)(nil)
@@ -158,11 +159,32 @@ func (d *Datapath) apply(ctx context.Context, cfg datapath.Config) error {
 			}
 			continue
 		}
-		a, err := d.attach(e, objs)
+		a, err := d.attach(e, objs, cfg.PinPath)
 		if err != nil {
 			return fail(fmt.Errorf("ebpf: %s: %w", e.Name, err))
 		}
 		d.attached[e.Index] = a
+	}
+	// Pin (or move, or unpin) the tcx links as the pin path says, then drop pins
+	// no attachment holds (an earlier process's, of interfaces no longer egress).
+	held := map[string]bool{}
+	for _, idx := range slices.Sorted(mapsKeys(d.attached)) {
+		a := d.attached[idx]
+		if !want[idx] {
+			continue
+		}
+		if err := a.pin(cfg.PinPath); err != nil {
+			return fail(fmt.Errorf("ebpf: %s: %w", a.name, err))
+		}
+		if a.pinDir != "" {
+			held[filepath.Base(linkPin(a.pinDir, a.index, "egress"))] = true
+			held[filepath.Base(linkPin(a.pinDir, a.index, "ingress"))] = true
+		}
+	}
+	if cfg.PinPath != "" {
+		if err := unpinStale(cfg.PinPath, held); err != nil {
+			d.log.WarnContext(ctx, "ebpf: stale pinned links", "err", err)
+		}
 	}
 	// Detach from interfaces no longer egress (sorted for determinism).
 	for _, idx := range slices.Sorted(mapsKeys(d.attached)) {
@@ -287,7 +309,10 @@ func (d *Datapath) Remove(ctx context.Context) error {
 		d.objs = nil
 	}
 	if d.cfg.PinPath != "" {
-		// Leftovers of an earlier process.
+		// Leftovers of an earlier process: its pinned links, then its flow table.
+		if err := unpinStale(d.cfg.PinPath, nil); err != nil {
+			errs = append(errs, fmt.Errorf("ebpf: %w", err))
+		}
 		p := filepath.Join(d.cfg.PinPath, bpf.SnatMapCt)
 		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, fmt.Errorf("ebpf: unpin %s: %w", p, err))
@@ -305,15 +330,19 @@ func (d *Datapath) Remove(ctx context.Context) error {
 }
 
 // Close releases the datapath's resources as a process exit would, without
-// removing what is meant to outlive it: tcx links go (the kernel detaches
-// them), legacy tc filters and pinned maps stay. A new Datapath's Apply
-// with the same PinPath picks the flow table up again.
+// removing what is meant to outlive it: unpinned tcx links go (the kernel
+// detaches them), pinned tcx links, legacy tc filters and the pinned flow
+// table stay. A new Datapath's Apply with the same PinPath adopts the links
+// and picks the flow table up again.
 func (d *Datapath) Close() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	var errs []error
 	for idx, a := range d.attached {
-		if a.tcx {
+		switch {
+		case a.tcx && a.pinDir != "":
+			errs = append(errs, a.egress.Close(), a.ingress.Close())
+		case a.tcx:
 			errs = append(errs, a.detach())
 		}
 		delete(d.attached, idx)
@@ -327,6 +356,18 @@ func (d *Datapath) Close() error {
 		d.objs = nil
 	}
 	return errors.Join(errs...)
+}
+
+// RemoveWithConfig is Remove for a datapath that has not applied cfg in this
+// process (core/datapathctl: an agent uninstalled before its first Apply): the
+// pin path says where an earlier process's links and flow table are.
+func (d *Datapath) RemoveWithConfig(ctx context.Context, cfg datapath.Config) error {
+	d.mu.Lock()
+	if d.objs == nil {
+		d.cfg.PinPath = cfg.PinPath
+	}
+	d.mu.Unlock()
+	return d.Remove(ctx)
 }
 
 // Status reports attachments, program IDs and counters.

@@ -125,13 +125,13 @@ func (d *Datapath) apply(ctx context.Context, cfg datapath.Config) error {
 		}
 		if len(fam.pods) == 0 {
 			// Nothing to masquerade in this family: make sure nothing of
-			// ours is left from an earlier config.
-			if _, had := d.chains[fam.proto]; had {
-				if err := removeFamily(fam.proto); err != nil {
-					errs = append(errs, err)
-				}
-				delete(d.chains, fam.proto)
+			// ours is left, from an earlier config or an earlier process
+			// (an agent restarted after the node lost its last block of
+			// the family must not keep masquerading the old block).
+			if err := removeFamily(fam.proto); err != nil {
+				errs = append(errs, err)
 			}
+			delete(d.chains, fam.proto)
 			continue
 		}
 		ipt, err := newIPT(fam.proto)
