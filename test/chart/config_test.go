@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
-	"sigs.k8s.io/yaml"
 
 	"github.com/allot-ipam/allot/core/config"
 )
@@ -31,12 +30,6 @@ func TestRenderedConfigsLoad(t *testing.T) {
 				}
 				n++
 				body := cm.Data["allotd.yaml"]
-				if name == "allot-agent-config" && !cniSupported() {
-					// allotd is getting the agent's cni section; until then everything else is
-					// checked (see cniSupported).
-					t.Log("allotd has no cni section yet: the agent configuration is checked without it")
-					body = withoutKey(t, body, "cni")
-				}
 				p := filepath.Join(t.TempDir(), "allotd.yaml")
 				if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
 					t.Fatal(err)
@@ -58,21 +51,6 @@ func TestRenderedConfigsLoad(t *testing.T) {
 	}
 }
 
-// withoutKey returns the YAML document without its top-level key.
-func withoutKey(t *testing.T, doc, key string) string {
-	t.Helper()
-	var m map[string]any
-	if err := yaml.Unmarshal([]byte(doc), &m); err != nil {
-		t.Fatal(err)
-	}
-	delete(m, key)
-	b, err := yaml.Marshal(m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
-}
-
 // TestRenderedConfigsLoadRefusesTypos: the check above is allotd's loader, which refuses what
 // the values schema cannot know (extraConfig is free-form).
 func TestRenderedConfigsLoadRefusesTypos(t *testing.T) {
@@ -82,9 +60,6 @@ func TestRenderedConfigsLoadRefusesTypos(t *testing.T) {
 		name := "allot-" + strings.SplitN(set, ".", 2)[0] + "-config"
 		cm := find[*corev1.ConfigMap](t, docs, name)
 		body := cm.Data["allotd.yaml"]
-		if name == "allot-agent-config" && !cniSupported() {
-			body = withoutKey(t, body, "cni")
-		}
 		p := filepath.Join(t.TempDir(), "allotd.yaml")
 		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
 			t.Fatal(err)

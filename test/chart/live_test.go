@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"reflect"
 	"slices"
 	"sort"
 	"strings"
@@ -30,7 +29,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
-	"github.com/allot-ipam/allot/core/config"
 	allotv1 "github.com/allot-ipam/allot/core/k8s/apis/allot/v1alpha1"
 	"github.com/allot-ipam/allot/test/k8senv"
 )
@@ -432,12 +430,6 @@ func (l *liveEnv) agentConfig(kubeconfig string) (map[string]any, string) {
 	set(cfg, "socket", filepath.Join(dir, "allotd.sock"))
 	set(cfg, "store.path", filepath.Join(dir, "allot.db"))
 	set(cfg, "datapath", map[string]any{"type": "none"})
-	if !cniSupported() {
-		// The chart writes the section allotd is getting (agent-managed network configuration
-		// and uninstall); TestRenderedConfigsLoad holds the chart to allotd's keys.
-		l.t.Log("allotd has no cni section yet: the agent runs without it, the network configuration and uninstall checks do not run")
-		delete(cfg, "cni")
-	}
 	if _, ok := cfg["cni"]; ok {
 		for _, k := range []string{"confDir", "binDir"} {
 			p := filepath.Join(dir, k)
@@ -557,15 +549,4 @@ func (l *liveEnv) waitAllotNode(name string) {
 		err := l.c.Get(context.Background(), client.ObjectKey{Name: name}, &n)
 		return err == nil, fmt.Sprint(err)
 	})
-}
-
-// cniSupported reports whether allotd's configuration has the agent's cni section.
-func cniSupported() bool {
-	t := reflect.TypeFor[config.Config]()
-	for i := range t.NumField() {
-		if t.Field(i).Tag.Get("koanf") == "cni" {
-			return true
-		}
-	}
-	return false
 }

@@ -200,7 +200,7 @@ webhook:
 		t.Errorf("leader election Lease: %v", err)
 	}
 
-	if cniSupported() && daemonWritesConflist(t) {
+	if daemonWritesConflist(t) {
 		checkCNIUninstall(t, l, agCfg, ag, podName)
 	} else {
 		t.Log("allotd's daemon does not manage the network configuration yet (core/daemon does not use core/cniinstall): the conflist and uninstall checks do not run")
