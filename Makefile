@@ -30,13 +30,14 @@ run: build
 deps:
 	@bash hack/install-deps.sh $(DATAPATH_APT_PACKAGES)
 
-test: deps cni-tools kube-binaries lint test-unit test-sdk plugins
+test: deps cni-tools kube-binaries helm lint test-unit test-sdk plugins
 
 test-short:
 	$(GO) test -short ./...
 
+# The chart tests (test/chart) find helm through ALLOT_HELM (make helm installs it).
 test-unit: build
-	$(GO) test $(GOTEST_FLAGS) -race ./...
+	ALLOT_HELM=$$(bash hack/install-helm.sh) $(GO) test $(GOTEST_FLAGS) -race ./...
 
 test-sdk:
 	cd sdk && $(GO) test $(GOTEST_FLAGS) -race ./...
