@@ -200,13 +200,13 @@ webhook:
 		t.Errorf("leader election Lease: %v", err)
 	}
 
+	if err := op.stop(30 * time.Second); err != nil {
+		t.Errorf("operator stop: %v", err)
+	}
 	if daemonWritesConflist(t) {
 		checkCNIUninstall(t, l, agCfg, ag, podName)
 	} else {
 		t.Log("allotd's daemon does not manage the network configuration yet (core/daemon does not use core/cniinstall): the conflist and uninstall checks do not run")
-	}
-	if err := op.stop(30 * time.Second); err != nil {
-		t.Errorf("operator stop: %v", err)
 	}
 }
 
@@ -334,7 +334,6 @@ eni:
 // uninstall) a stop removes it. The agent reads its Pod and DaemonSet as the chart's
 // ServiceAccount.
 func checkCNIUninstall(t *testing.T, l *liveEnv, agCfg map[string]any, ag *proc, podName string) {
-	ctx := context.Background()
 	cniCfg, _ := agCfg["cni"].(map[string]any)
 	confDir, _ := cniCfg["confDir"].(string)
 	confFile := filepath.Join(confDir, fmt.Sprint(cniCfg["confName"]))
@@ -363,16 +362,18 @@ func checkCNIUninstall(t *testing.T, l *liveEnv, agCfg map[string]any, ag *proc,
 	}
 	ag = l.startAllotd("agent-2", agCfg, "NODE_NAME=node-a", "POD_NAME="+podName, "POD_NAMESPACE="+Namespace)
 
-	// Uninstall: the DaemonSet goes, then the agent is stopped; it reads its Pod's owner and
-	// cleans up.
-	if err := l.c.Delete(ctx, &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, Name: "allot-agent"}}); err != nil {
-		t.Fatal(err)
-	}
+	// helm uninstall deletes the DaemonSet, then (at once, in Helm's uninstall order) the
+	// RoleBindings, Roles, ClusterRoleBindings, ClusterRoles, ConfigMaps and ServiceAccounts;
+	// the kubelet stops the agent only after the garbage collector deleted its Pod, so by then
+	// its ServiceAccount and RBAC are gone. The agent must still see that it is uninstalled.
+	l.uninstalled = time.Now()
+	runHelm(t, l.helmEnv, "uninstall", ReleaseName, "--namespace", Namespace)
 	if err := ag.stop(30 * time.Second); err != nil {
 		t.Errorf("agent stop: %v", err)
 	}
 	if _, err := os.Stat(confFile); !os.IsNotExist(err) {
-		t.Errorf("cni.uninstall auto: %s is still there after the DaemonSet was deleted (%v)", confFile, err)
+		t.Errorf("cni.uninstall auto: %s is still there after helm uninstall (%v): the agent decided at stop, when its "+
+			"ServiceAccount and RBAC were already deleted; agent log:\n%s", confFile, err, tail(ag.log, 15))
 	}
 }
 
