@@ -38,7 +38,12 @@ func (p *Pool) CIDRStats() []CIDRStats {
 // of the pool. The pool's configured exclusions and gateway apply to it where they fall
 // inside it. Adding a CIDR the pool already has is an error wrapping ErrInUse, so a caller
 // cannot mistake a duplicate for a new block.
-func (p *Pool) AddCIDR(c netip.Prefix) error {
+func (p *Pool) AddCIDR(c netip.Prefix) error { return p.AddCIDRWithGateway(c, netip.Addr{}) }
+
+// AddCIDRWithGateway is AddCIDR with gw, an address of c other than its network, broadcast
+// or anycast address, reserved as the block's gateway: never handed out and not counted as
+// usable. An invalid gw reserves nothing.
+func (p *Pool) AddCIDRWithGateway(c netip.Prefix, gw netip.Addr) error {
 	errf := func(format string, args ...any) error {
 		return fmt.Errorf("allocator: pool %q: "+format, append([]any{p.name}, args...)...)
 	}
@@ -93,6 +98,19 @@ func (p *Pool) AddCIDR(c netip.Prefix) error {
 		if d := u.sub(first); d.hi == 0 && d.lo <= ns.last && !(ns.ends && (d.lo == 0 || d.lo == ns.last)) {
 			excl = append(excl, interval{d.lo, d.lo})
 		}
+	}
+	if gw.IsValid() {
+		d := fromAddr(gw).sub(first)
+		switch {
+		case gw.Is4() != p.is4 || !c.Contains(gw):
+			return errf("add CIDR %s: gateway %s is not inside it", c, gw)
+		case d.hi != 0 || d.lo > ns.last:
+			return errf("add CIDR %s: gateway %s is beyond the first 2^64 addresses", c, gw)
+		case (ns.ends || ns.anycast) && d.lo == 0, ns.ends && d.lo == ns.last:
+			return errf("add CIDR %s: gateway %s is its network, broadcast or anycast address", c, gw)
+		}
+		ns.gw = gw
+		excl = append(excl, interval{d.lo, d.lo})
 	}
 	ns.finish(excl)
 

@@ -58,6 +58,7 @@ type span struct {
 	lastChunk uint64 // last >> chunkShift
 	ends      bool   // IPv4 <= /30: offsets 0 and last are network and broadcast
 	anycast   bool   // IPv6 <= /126: offset 0 is the subnet-router anycast address (RFC 4291 2.6.1)
+	gw        netip.Addr // the block's own gateway (AddCIDRWithGateway), never handed out
 	excl      intervals
 	usable    uint64 // saturating
 	used      uint64
@@ -568,6 +569,8 @@ func (p *Pool) excludedReason(s *span, off uint64, a netip.Addr) string {
 		return "subnet-router anycast address of " + s.prefix.String()
 	case p.gateway == a:
 		return "gateway address"
+	case s.gw == a:
+		return "gateway address of block " + s.prefix.String()
 	}
 	for i, r := range p.excludes {
 		if r.Contains(a) {

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/allot-ipam/allot/core/agent"
 	"github.com/allot-ipam/allot/core/api/server"
@@ -39,6 +40,16 @@ func RouteKlog(log *slog.Logger) {
 type AgentDaemon struct {
 	*Daemon
 	agent *agent.Agent
+	// owners reads the agent's Pod and DaemonSet at stop (cni.uninstall auto), and follower
+	// watches the DaemonSet from start (reads at stop may be refused: see dsFollower).
+	owners   ownerReader
+	follower *dsFollower
+	meta     metadataReader
+	// kick is signalled when the manager's blocks may have changed (datapath pod CIDRs).
+	kick chan struct{}
+
+	bringUpCancel context.CancelFunc
+	bringUpDone   chan struct{}
 }
 
 // Agent exposes the node agent (tests).
@@ -63,6 +74,7 @@ func NewAgent(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Age
 	if err := d.openBase(ctx); err != nil {
 		return nil, err
 	}
+	kick := make(chan struct{}, 1)
 	if cfg.Cluster.ENI.Enabled() && restCfg.QPS == 0 {
 		// ENI mode writes status.ipam.used as pods come and go (debounced): more than
 		// client-go's default 5 requests/s when a node starts many pods at once.
@@ -94,18 +106,48 @@ func NewAgent(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Age
 		Logger:        log.With("component", "ipam"),
 		Version:       Version,
 		Mode:          cfg.Mode,
-		Dynamic:       &ipam.DynamicOptions{Node: cfg.Cluster.NodeName, Wait: cfg.Cluster.PendingTimeout},
-		PodContext:    ag.PodContext,
-		OnChange:      ag.Trigger,
+		// Multi-pool blocks carry their pods' gateway (a bridge's address); ENI
+		// addresses come as host blocks presented with their subnet's router instead.
+		Dynamic:    &ipam.DynamicOptions{Node: cfg.Cluster.NodeName, Wait: cfg.Cluster.PendingTimeout, BlockGateway: !cfg.Cluster.ENI.Enabled()},
+		PodContext: ag.PodContext,
+		OnChange: func() {
+			ag.Trigger()
+			select {
+			case kick <- struct{}{}:
+			default:
+			}
+		},
 	})
 	if err != nil {
 		return nil, err
 	}
+	// The datapath is built (and its configuration checked) now, and applied once the
+	// node's blocks are known: until then, rules an earlier agent left stay in force.
+	if d.datapath, err = d.newDatapath(nil); err != nil {
+		return nil, err
+	}
+	d.deferDatapath = true
+	d.datapathAtStop.Store(stopKeep)
+	ad := &AgentDaemon{Daemon: d, agent: ag, kick: kick}
+	if cfg.CNI.Uninstall == config.UninstallAuto {
+		if ad.meta, err = newOwnerReader(restCfg); err != nil {
+			return nil, err
+		}
+		ad.owners = ad.meta
+		if cfg.CNI.PodName != "" && cfg.CNI.PodNamespace != "" {
+			ad.follower = newDSFollower()
+		}
+		if cfg.CNI.PodName == "" || cfg.CNI.PodNamespace == "" {
+			log.Warn("cni.uninstall auto: the agent's own Pod is unknown (set POD_NAME and POD_NAMESPACE from the downward API); it will keep the network configuration, binaries and datapath at every stop")
+		}
+	}
+	why := "agent: waiting for the node's AllotNode (informer caches, first sync)"
+	d.starting.Store(&why)
 	if d.apiLn, err = server.Listen(cfg.Socket); err != nil {
 		return nil, err
 	}
 	d.apiSrv = server.New(serviceFor(cfg, d.manager, ag), log.With("component", "api"))
-	return &AgentDaemon{Daemon: d, agent: ag}, nil
+	return ad, nil
 }
 
 // agentENI is the agent's ENI mode from cluster.eni, nil when off.
@@ -163,9 +205,14 @@ func RESTConfig(kubeconfig string) (*rest.Config, error) {
 	return c, nil
 }
 
-// Serve runs the agent and answers on the API socket until ctx ends.
+// Serve runs the agent and answers on the API socket until ctx ends. The daemon reports
+// ready, applies its datapath and writes the network configuration once the node's blocks
+// are known (bringUp); at stop it decides whether to uninstall (atStop).
 func (d *AgentDaemon) Serve(ctx context.Context) error {
 	actx, cancel := context.WithCancel(ctx)
+	bctx, bcancel := context.WithCancel(ctx)
+	d.bringUpCancel, d.bringUpDone = bcancel, make(chan struct{})
+	d.beforeClose = d.atStop
 	var wg sync.WaitGroup
 	var agentErr error
 	wg.Add(1)
@@ -176,8 +223,93 @@ func (d *AgentDaemon) Serve(ctx context.Context) error {
 			d.log.Error("agent stopped", "err", err)
 		}
 	}()
+	go func() {
+		defer close(d.bringUpDone)
+		d.bringUp(bctx)
+	}()
+	// The watch outlives ctx (cancelled at SIGTERM): the stop decision reads it.
+	fctx, fcancel := context.WithCancel(context.WithoutCancel(ctx))
+	if d.follower != nil {
+		wg.Go(func() {
+			d.follower.follow(fctx, d.owners, d.meta.c, d.cfg.CNI.PodNamespace, d.cfg.CNI.PodName, d.log.With("component", "cni"))
+		})
+	}
 	err := d.Daemon.Serve(ctx)
 	cancel()
+	fcancel()
 	wg.Wait()
 	return errors.Join(err, agentErr)
+}
+
+// stopBringUp ends bringUp and the datapath's loops before anything is closed.
+func (d *AgentDaemon) stopBringUp() {
+	if d.bringUpCancel == nil {
+		return
+	}
+	d.bringUpCancel()
+	<-d.bringUpDone
+}
+
+// bringUp waits for the node's blocks, applies the datapath with them, writes the network
+// configuration, reports ready, then keeps the datapath's pod CIDRs in line with the blocks
+// until ctx ends. A datapath that cannot be applied, or a configuration that cannot be
+// written, stops the daemon, as a bad datapath does at start in standalone mode.
+func (d *AgentDaemon) bringUp(ctx context.Context) {
+	select {
+	case <-ctx.Done():
+		return
+	case <-d.agent.NodeRead():
+	}
+	fail := func(err error) {
+		select {
+		case d.fatal <- err:
+		default:
+		}
+	}
+	if _, err := d.datapath.SetPodCIDRs(ctx, agentPodCIDRs(d.manager.Usage())); err != nil {
+		fail(err)
+		return
+	}
+	if err := d.datapath.Start(ctx); err != nil {
+		fail(err)
+		return
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { d.datapath.Run(ctx) })
+	defer wg.Wait()
+	if err := d.writeConfig(); err != nil {
+		fail(err)
+		return
+	}
+	d.starting.Store(nil)
+	d.log.Info("agent ready", "node", d.cfg.Cluster.NodeName, "pod_cidrs", d.datapath.PodCIDRs())
+	d.followBlocks(ctx)
+}
+
+// followBlocks re-applies the datapath when the node's blocks change (the manager's
+// OnChange), retrying with backoff when an apply fails (the previous pod CIDRs stay in
+// force meanwhile).
+func (d *AgentDaemon) followBlocks(ctx context.Context) {
+	const minBackoff, maxBackoff = time.Second, 30 * time.Second
+	backoff := minBackoff
+	var retry <-chan time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-d.kick:
+		case <-retry:
+		}
+		retry = nil
+		if _, err := d.datapath.SetPodCIDRs(ctx, agentPodCIDRs(d.manager.Usage())); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			d.log.Error("datapath: keeping the previous pod CIDRs", "err", err, "retry_in", backoff)
+			retry = time.After(backoff)
+			backoff = min(2*backoff, maxBackoff)
+			continue
+		}
+		backoff = minBackoff
+	}
 }

@@ -45,6 +45,18 @@ type Daemon struct {
 	plugins  *Plugins
 	datapath *datapathctl.Controller
 	ready    atomic.Bool
+	// starting, when set, says why the daemon is not ready yet although it serves (an
+	// agent before its first AllotNode read); /readyz answers 503 with it.
+	starting atomic.Pointer[string]
+	// datapathAtStop is what close does with the datapath (stopRemove by default).
+	datapathAtStop atomic.Int32
+	// deferDatapath: the agent starts the datapath itself, once it knows the node's blocks.
+	deferDatapath bool
+	// beforeClose, if set, runs when shutdown begins, before anything is closed (the
+	// agent's uninstall decision).
+	beforeClose func(ctx context.Context)
+	// fatal receives an error that must stop the daemon (an agent's first datapath apply).
+	fatal chan error
 
 	apiLn   net.Listener
 	apiSrv  *server.Server
@@ -97,10 +109,20 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Daemon, 
 	return d, nil
 }
 
+// What close does with the datapath.
+const (
+	// stopRemove removes what this process applied (standalone mode).
+	stopRemove int32 = iota
+	// stopKeep leaves the rules in force for the next process (an agent's rolling update).
+	stopKeep
+	// stopUninstall removes every rule and program, whoever applied them.
+	stopUninstall
+)
+
 // newBase is the part of a daemon every node role shares: its metrics registry.
 func newBase(cfg *config.Config, log *slog.Logger) *Daemon {
 	tuneGC()
-	d := &Daemon{cfg: cfg, log: log, reg: prometheus.NewRegistry()}
+	d := &Daemon{cfg: cfg, log: log, reg: prometheus.NewRegistry(), fatal: make(chan error, 1)}
 	d.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return d
 }
@@ -142,7 +164,7 @@ func (d *Daemon) Serve(ctx context.Context) error {
 		d.httpSrv = &http.Server{Handler: d.healthHandler(), ReadHeaderTimeout: 5 * time.Second}
 		go func() { errc <- serveUntilClosed(d.httpSrv, d.httpLn) }()
 	}
-	if d.datapath != nil {
+	if d.datapath != nil && !d.deferDatapath {
 		go d.datapath.Run(ctx)
 	}
 	d.ready.Store(true)
@@ -154,10 +176,15 @@ func (d *Daemon) Serve(ctx context.Context) error {
 		d.log.Info("shutting down")
 	case err = <-errc:
 		d.log.Error("listener failed; shutting down", "err", err)
+	case err = <-d.fatal:
+		d.log.Error("shutting down", "err", err)
 	}
 	d.ready.Store(false)
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownGrace)
 	defer cancel()
+	if d.beforeClose != nil {
+		d.beforeClose(sctx)
+	}
 	return errors.Join(err, d.close(sctx))
 }
 
@@ -181,7 +208,14 @@ func (d *Daemon) close(ctx context.Context) error {
 		}
 	}
 	if d.datapath != nil {
-		errs = append(errs, d.datapath.Stop(ctx))
+		switch d.datapathAtStop.Load() {
+		case stopKeep:
+			errs = append(errs, d.datapath.Close(ctx))
+		case stopUninstall:
+			errs = append(errs, d.datapath.Remove(ctx))
+		default:
+			errs = append(errs, d.datapath.Stop(ctx))
+		}
 	}
 	if d.plugins != nil {
 		errs = append(errs, d.plugins.Close(ctx))
@@ -220,6 +254,10 @@ func (d *Daemon) healthHandler() http.Handler {
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		if !d.ready.Load() {
 			http.Error(w, "not ready: starting or shutting down", http.StatusServiceUnavailable)
+			return
+		}
+		if why := d.starting.Load(); why != nil {
+			http.Error(w, "not ready: "+*why, http.StatusServiceUnavailable)
 			return
 		}
 		st, err := d.manager.Status(r.Context())

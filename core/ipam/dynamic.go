@@ -45,6 +45,24 @@ type DynamicOptions struct {
 	// Wait bounds how long an ADD waits for a free address. It should be shorter than the
 	// CNI plugin's timeout, so that the runtime gets this error rather than a timeout.
 	Wait time.Duration
+	// BlockGateway reserves the first usable address of every block of four addresses or more
+	// added with AddCIDR (not AddCIDRWith) as the gateway of the block's pods: never handed
+	// out, and returned as the gateway with every address of the block. This is what a
+	// bridge on the node (the CNI bridge plugin with isGateway) takes as its own address,
+	// as host-local does with its ranges' default gateway. The operator counts a block's
+	// addresses the same way (core/operator addrs).
+	BlockGateway bool
+}
+
+// BlockGateway is the gateway AddCIDR reserves in block c with DynamicOptions.BlockGateway:
+// its first usable address (after the IPv4 network or IPv6 subnet-router anycast address),
+// or the invalid Addr for blocks of fewer than four addresses (point-to-point and host
+// blocks, whose every address goes to pods).
+func BlockGateway(c netip.Prefix) netip.Addr {
+	if !c.IsValid() || c.Addr().BitLen()-c.Bits() < 2 {
+		return netip.Addr{}
+	}
+	return c.Masked().Addr().Next()
 }
 
 // PoolUsage is one pool (of one family) as the agent sees it.
@@ -161,11 +179,6 @@ func (m *Manager) addCIDR(name string, c netip.Prefix, ad *Addressing) error {
 			}
 		}
 	}
-	if err := p.alloc.AddCIDR(c); err != nil {
-		return fmt.Errorf("ipam: %w", err)
-	}
-	p.prefix = p.alloc.CIDRs()
-	setAddressing()
 	// Addresses held before the block was known (restored from the store) are taken
 	// before anything is handed out from it.
 	var held []netip.Addr
@@ -175,6 +188,24 @@ func (m *Manager) addCIDR(name string, c netip.Prefix, ad *Addressing) error {
 		}
 	}
 	slices.SortFunc(held, netip.Addr.Compare)
+	var gw netip.Addr
+	if ad == nil && m.opts.Dynamic.BlockGateway {
+		gw = BlockGateway(c)
+		if gw.IsValid() && slices.Contains(held, gw) {
+			// A pod of a version that did not reserve gateways holds it: the block keeps
+			// no gateway rather than losing track of that pod's address.
+			m.log.Warn("block gateway held by a pod; the block's pods get no gateway", "pool", name, "cidr", c, "addr", gw)
+			gw = netip.Addr{}
+		}
+		if gw.IsValid() {
+			ad = &Addressing{Bits: c.Bits(), Gateway: gw}
+		}
+	}
+	if err := p.alloc.AddCIDRWithGateway(c, gw); err != nil {
+		return fmt.Errorf("ipam: %w", err)
+	}
+	p.prefix = p.alloc.CIDRs()
+	setAddressing()
 	for _, a := range held {
 		if err := p.alloc.Allocate(a); err != nil && !errors.Is(err, allocator.ErrExcluded) {
 			m.log.Warn("marking a held address in a new block", "addr", a, "pool", name, "err", err)

@@ -19,6 +19,7 @@ import (
 )
 
 type dynRig struct {
+	blockGateway bool
 	t       testing.TB
 	path    string
 	st      *store.Store
@@ -49,7 +50,7 @@ func (r *dynRig) open() {
 	m, err := New(context.Background(), Options{
 		Store: st, Logger: quiet,
 		Policy:  func(string) policy.PoolPolicy { return pol },
-		Dynamic: &DynamicOptions{Node: "node-a", Wait: r.wait},
+		Dynamic: &DynamicOptions{Node: "node-a", Wait: r.wait, BlockGateway: r.blockGateway},
 		PodContext: func(_ context.Context, req *policy.PodRequest) error {
 			if req.Pod.Name == "missing" {
 				return api.Errorf(api.CodeUnavailable, "pod %s not found", req.Pod.Name)
@@ -356,5 +357,47 @@ func TestDynamicWaitersSeeAddressing(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatal("an ADD never finished")
 		}
+	}
+}
+
+// TestDynamicBlockGateway: with BlockGateway each block's first usable address is its pods'
+// gateway: returned with every address, never handed out, not counted; blocks too small for
+// one (point-to-point, host) give every address to pods.
+func TestDynamicBlockGateway(t *testing.T) {
+	r := &dynRig{t: t, path: filepath.Join(t.TempDir(), "allot.db"), annot: map[string]string{}, wait: time.Second, blockGateway: true}
+	r.open()
+	t.Cleanup(func() { r.st.Close() })
+	mustNoErr(t, r.m.AddCIDR("default", pfx("10.1.0.0/29")))
+	mustNoErr(t, r.m.AddCIDR("default", pfx("fd00:1::/125")))
+	if u := usageOf(r.m, "default", policy.IPv4); u.Usable != 5 {
+		t.Fatalf("ipv4 usable %d, want 5 (8 minus network, broadcast, gateway)", u.Usable)
+	}
+	if u := usageOf(r.m, "default", policy.IPv6); u.Usable != 6 {
+		t.Fatalf("ipv6 usable %d, want 6 (8 minus anycast, gateway)", u.Usable)
+	}
+	seen := map[string]bool{}
+	for i := range 5 {
+		a, err := r.m.Allocate(context.Background(), podAdd(fmt.Sprint("c", i), fmt.Sprint("p", i)))
+		mustNoErr(t, err)
+		for _, ip := range a.IPs {
+			want := "10.1.0.1"
+			if strings.Contains(ip.Address, ":") {
+				want = "fd00:1::1"
+			}
+			if ip.Gateway != want || strings.HasPrefix(ip.Address, want+"/") || seen[ip.Address] {
+				t.Fatalf("address %s gateway %s (want gateway %s, never handed out, no duplicate)", ip.Address, ip.Gateway, want)
+			}
+			seen[ip.Address] = true
+		}
+	}
+	if _, err := r.m.Allocate(context.Background(), podAdd("c5", "p5")); err == nil {
+		t.Fatal("a sixth IPv4 address from a /29 whose gateway is reserved")
+	}
+	if got := BlockGateway(pfx("10.1.0.4/31")); got.IsValid() {
+		t.Fatalf("gateway of a /31: %s", got)
+	}
+	mustNoErr(t, r.m.AddCIDR("other", pfx("10.2.0.0/31")))
+	if u := usageOf(r.m, "other", policy.IPv4); u.Usable != 2 {
+		t.Fatalf("/31 usable %d, want 2", u.Usable)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"github.com/allot-ipam/allot/core/allocator"
+	"github.com/allot-ipam/allot/core/ipam"
 	"log/slog"
 	"net/netip"
 	"os"
@@ -209,8 +210,16 @@ func capacity(n *allotv1.AllotNode, pool string, v4 bool) int64 {
 		for _, s := range a.CIDRs {
 			p := netip.MustParsePrefix(s)
 			if p.Addr().Is4() == v4 {
-				a, err := allocator.New(allocator.Config{Name: "block", CIDRs: []netip.Prefix{p}})
+				fam := 4
+				if !v4 {
+					fam = 6
+				}
+				a, err := allocator.New(allocator.Config{Name: "block", Family: fam})
 				if err != nil {
+					panic(err)
+				}
+				// As the agent adds it: with its gateway reserved.
+				if err := a.AddCIDRWithGateway(p, ipam.BlockGateway(p)); err != nil {
 					panic(err)
 				}
 				total += int64(a.Stats().Usable)

@@ -31,7 +31,7 @@ func TestMultiPoolFulfil(t *testing.T) {
 	for i := range 6 {
 		name := fmt.Sprintf("node-%d", i)
 		names = append(names, name)
-		h.create(newAllotNode(name, req{pool: "default", v4: 300, v6: 16}, req{pool: "blue", v4: 62 * int64(i%3)}))
+		h.create(newAllotNode(name, req{pool: "default", v4: 300, v6: 16}, req{pool: "blue", v4: 61 * int64(i%3)}))
 	}
 	h.waitFulfilled(waitFor, names...)
 	if n := h.checkNoOverlap(); n != 6*3+6 {
@@ -115,7 +115,7 @@ func TestRunTimeGrowth(t *testing.T) {
 	h.create(newPool("small", []string{"10.20.0.0/24"}, 26, nil, 0))
 	r := h.run("op-a", nil)
 	for i := range 5 {
-		h.create(newAllotNode(fmt.Sprintf("n%d", i), req{pool: "small", v4: 62}))
+		h.create(newAllotNode(fmt.Sprintf("n%d", i), req{pool: "small", v4: 61}))
 	}
 	// Four /26 blocks for five nodes: one node (whichever the workers reach last) waits.
 	var last string
@@ -229,7 +229,7 @@ func TestRefusals(t *testing.T) {
 	h.create(newPool("green", []string{"10.40.0.0/24", "10.41.0.0/24"}, 25, nil, 0))
 	r := h.run("op-a", nil)
 	// n1 takes both blocks of 10.40.0.0/24, n2 one of 10.41.0.0/24.
-	h.create(newAllotNode("n1", req{pool: "green", v4: 252}))
+	h.create(newAllotNode("n1", req{pool: "green", v4: 250}))
 	h.waitFulfilled(waitFor, "n1")
 	h.create(newAllotNode("n2", req{pool: "green", v4: 1}))
 	h.waitFulfilled(waitFor, "n2")

@@ -121,13 +121,16 @@ func addrs(p netip.Prefix) int64 {
 		return math.MaxInt64
 	}
 	n := int64(1) << hb
+	// The agent reserves each block's first usable address as its pods' gateway
+	// (ipam.DynamicOptions.BlockGateway) besides the IPv4 network and broadcast or the IPv6
+	// subnet-router anycast address.
 	switch {
 	case hb < 2:
 		return n
 	case p.Addr().Is4():
-		return n - 2
+		return n - 3
 	default:
-		return n - 1
+		return n - 2
 	}
 }
 
