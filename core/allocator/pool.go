@@ -54,10 +54,10 @@ const maxSpare = 4 // recycled chunks kept to make materialization allocation-fr
 type span struct {
 	prefix    netip.Prefix
 	base      u128
-	last      uint64 // last usable offset: 2^hostbits-1, capped at 2^64-1
-	lastChunk uint64 // last >> chunkShift
-	ends      bool   // IPv4 <= /30: offsets 0 and last are network and broadcast
-	anycast   bool   // IPv6 <= /126: offset 0 is the subnet-router anycast address (RFC 4291 2.6.1)
+	last      uint64     // last usable offset: 2^hostbits-1, capped at 2^64-1
+	lastChunk uint64     // last >> chunkShift
+	ends      bool       // IPv4 <= /30: offsets 0 and last are network and broadcast
+	anycast   bool       // IPv6 <= /126: offset 0 is the subnet-router anycast address (RFC 4291 2.6.1)
 	gw        netip.Addr // the block's own gateway (AddCIDRWithGateway), never handed out
 	excl      intervals
 	usable    uint64 // saturating

@@ -20,13 +20,13 @@ import (
 
 type dynRig struct {
 	blockGateway bool
-	t       testing.TB
-	path    string
-	st      *store.Store
-	m       *Manager
-	changes atomic.Int64
-	annot   map[string]string // pod name -> pool annotation
-	wait    time.Duration
+	t            testing.TB
+	path         string
+	st           *store.Store
+	m            *Manager
+	changes      atomic.Int64
+	annot        map[string]string // pod name -> pool annotation
+	wait         time.Duration
 }
 
 func newDynRig(t testing.TB, wait time.Duration) *dynRig {
