@@ -389,6 +389,9 @@ func TestDynamicBlockGateway(t *testing.T) {
 			}
 			seen[ip.Address] = true
 		}
+		if len(a.Routes) != 2 || a.Routes[0] != (api.Route{Dst: "0.0.0.0/0", GW: "10.1.0.1"}) || a.Routes[1] != (api.Route{Dst: "::/0", GW: "fd00:1::1"}) {
+			t.Fatalf("routes %+v, want the default routes via the block gateways", a.Routes)
+		}
 	}
 	if _, err := r.m.Allocate(context.Background(), podAdd("c5", "p5")); err == nil {
 		t.Fatal("a sixth IPv4 address from a /29 whose gateway is reserved")

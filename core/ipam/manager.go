@@ -657,8 +657,19 @@ func (m *Manager) allocationOf(r store.Record) *api.Allocation {
 			ip.Gateway = a.Gateway.String()
 		}
 		out.IPs = append(out.IPs, ip)
-		if p, ok := m.pools[poolKey{a.Pool, famOf(a.Prefix.Addr())}]; ok {
+		p, ok := m.pools[poolKey{a.Pool, famOf(a.Prefix.Addr())}]
+		switch {
+		case ok && len(p.spec.Routes) > 0:
 			out.Routes = append(out.Routes, p.spec.Routes...)
+		case m.opts.Dynamic != nil && m.opts.Dynamic.BlockGateway && a.Gateway.IsValid():
+			// A block's gateway is the node (the bridge): the pod's default route goes
+			// there, so the plain bridge plugin (isDefaultGateway false) gives pods a
+			// working network with nothing else configured.
+			dst := "0.0.0.0/0"
+			if a.Gateway.Is6() {
+				dst = "::/0"
+			}
+			out.Routes = append(out.Routes, api.Route{Dst: dst, GW: a.Gateway.String()})
 		}
 	}
 	return out
