@@ -250,7 +250,11 @@ func (op *operator) reconcileNode(ctx context.Context, req reconcile.Request) (r
 		node.Annotations = map[string]string{}
 	}
 	node.Annotations[allotv1.AnnotationClusterCIDRConfig] = chosen
-	if err := op.client.Patch(ctx, &node, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+	err = op.fence(ctx)
+	if err == nil {
+		err = op.client.Patch(ctx, &node, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
+	}
+	if err != nil {
 		st.mu.Lock()
 		if cur := st.nodes[name]; cur != nil && cur.uid == node.UID {
 			op.releaseNodeLocked(name, cur)

@@ -14,6 +14,7 @@ type metrics struct {
 	released  *prometheus.CounterVec // blocks taken back (node released it or was deleted)
 	exhausted *prometheus.CounterVec // a request found no free block
 	refusals  *prometheus.CounterVec // refused changes and unservable nodes, by reason
+	fenced    prometheus.Counter     // writes not made: the Lease was lost or too old (fence)
 	blocks    *prometheus.GaugeVec   // blocks held by nodes now, by kind, source, family
 	leader    prometheus.Gauge       // 1 while this replica leads
 	convergeS prometheus.Histogram   // seconds from rebuild start to rebuild end
@@ -51,6 +52,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Namespace: "allot", Subsystem: "operator", Name: "blocks",
 			Help: "Per-node CIDR blocks currently held by nodes.",
 		}, []string{"kind", "source", "family"}),
+		fenced: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "allot", Subsystem: "operator", Name: "fenced_writes_total",
+			Help: "Hand-outs not written because a live read of the Lease showed it lost or too old to renew in time.",
+		}),
 		leader: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "allot", Subsystem: "operator", Name: "leader",
 			Help: "1 while this replica is the leader.",
@@ -74,6 +79,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	if err == nil {
 		m.blocks, err = register(reg, m.blocks)
+	}
+	if err == nil {
+		m.fenced, err = register(reg, m.fenced)
 	}
 	if err == nil {
 		m.leader, err = register(reg, m.leader)

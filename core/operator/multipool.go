@@ -197,7 +197,11 @@ func (op *operator) reconcileAllotNode(ctx context.Context, req reconcile.Reques
 	if len(added) > 0 {
 		upd := obj.DeepCopy()
 		addAllocations(upd, added)
-		if err := op.client.Update(ctx, upd); err != nil {
+		err := op.fence(ctx)
+		if err == nil {
+			err = op.client.Update(ctx, upd)
+		}
+		if err != nil {
 			st.mu.Lock()
 			for b := range added {
 				st.set.Release(b)
