@@ -47,6 +47,12 @@ type Cluster struct {
 	// Resync is how often the agent rewrites its AllotNode even without a change (a safety
 	// net; writes are event-driven).
 	Resync time.Duration `koanf:"resync"`
+	// AutoDirectNodeRoutes installs, on this node, a route to every other node's blocks
+	// (AllotNode blocks, or Node.spec.podCIDRs in ClusterCIDRConfig mode) via that node's
+	// InternalIP, as Cilium's auto-direct-node-routes does: pod-to-pod traffic between
+	// nodes on one L2 segment needs nothing else. Off by default (a cloud's or an overlay's
+	// routing may already do it).
+	AutoDirectNodeRoutes bool `koanf:"autoDirectNodeRoutes"`
 
 	// --- operator ---
 

@@ -14,6 +14,7 @@ import (
 	"github.com/allot-ipam/allot/core/config"
 	"github.com/allot-ipam/allot/core/ipam"
 	"github.com/allot-ipam/allot/core/k8s/apis/allot/v1alpha1"
+	"github.com/allot-ipam/allot/core/noderoutes"
 	ciliumannotations "github.com/allot-ipam/allot/plugins/policy/cilium-annotations"
 	"github.com/go-logr/logr"
 	"k8s.io/client-go/rest"
@@ -45,6 +46,9 @@ type AgentDaemon struct {
 	owners   ownerReader
 	follower *dsFollower
 	meta     metadataReader
+	// routes keeps routes to the other nodes' blocks (cluster.autoDirectNodeRoutes).
+	routes *noderoutes.Controller
+	rtr    *noderoutes.Reconciler
 	// kick is signalled when the manager's blocks may have changed (datapath pod CIDRs).
 	kick chan struct{}
 
@@ -141,6 +145,14 @@ func NewAgent(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Age
 			log.Warn("cni.uninstall auto: the agent's own Pod is unknown (set POD_NAME and POD_NAMESPACE from the downward API); it will keep the network configuration, binaries and datapath at every stop")
 		}
 	}
+	if cfg.Cluster.AutoDirectNodeRoutes {
+		ad.rtr = &noderoutes.Reconciler{Log: log.With("component", "noderoutes")}
+		if ad.routes, err = noderoutes.NewController(noderoutes.Options{
+			RESTConfig: restCfg, NodeName: cfg.Cluster.NodeName, Reconciler: ad.rtr, Log: log.With("component", "noderoutes"),
+		}); err != nil {
+			return nil, err
+		}
+	}
 	why := "agent: waiting for the node's AllotNode (informer caches, first sync)"
 	d.starting.Store(&why)
 	if d.apiLn, err = server.Listen(cfg.Socket); err != nil {
@@ -227,6 +239,13 @@ func (d *AgentDaemon) Serve(ctx context.Context) error {
 		defer close(d.bringUpDone)
 		d.bringUp(bctx)
 	}()
+	if d.routes != nil {
+		wg.Go(func() {
+			if err := d.routes.Run(actx); err != nil {
+				d.log.Error("node routes stopped", "err", err)
+			}
+		})
+	}
 	// The watch outlives ctx (cancelled at SIGTERM): the stop decision reads it.
 	fctx, fcancel := context.WithCancel(context.WithoutCancel(ctx))
 	if d.follower != nil {

@@ -151,6 +151,13 @@ func (d *AgentDaemon) atStop(ctx context.Context) {
 	if err := d.uninstallCNI(c); err != nil {
 		d.log.Error("uninstall", "err", err)
 	}
+	if d.rtr != nil {
+		if res, err := d.rtr.RemoveAll(); err != nil {
+			d.log.Error("uninstall: routes to other nodes", "err", err)
+		} else {
+			d.log.Info("routes to other nodes removed", "removed", res.Removed)
+		}
+	}
 }
 
 // uninstallCNI removes the network configuration, then the binaries.

@@ -105,6 +105,7 @@ cluster:
   nodeName: %s
   releaseDelay: 1h
   requestDebounce: 20ms
+  autoDirectNodeRoutes: true
 cni:
   confDir: %s
   confName: %s
@@ -145,6 +146,7 @@ cni:
 		IPv6: &allotv1.PoolFamily{CIDRs: []string{"fd00:50::/112"}, MaskSize: 120}}}); err != nil {
 		t.Fatal(err)
 	}
+	r.addPeer()
 	// Until the test creates the node's AllotNode with its first blocks (the operator's
 	// part), the agent cannot read one: an admission policy refuses an AllotNode without
 	// blocks, which is what the agent creates when it finds none.
@@ -185,6 +187,64 @@ cni:
 		return strings.Contains(err.Error(), "has not given this node a block"), err.Error()
 	})
 	return r
+}
+
+// The peer node: another node of the cluster on the same link (a veth pair inside the
+// node's namespace stands for the link), with a block of its own. With
+// cluster.autoDirectNodeRoutes the agent routes the peer's block via its InternalIP.
+const (
+	peerName  = "node-b"
+	peerIP    = "198.19.0.2"
+	peerBlock = "10.50.9.0/24"
+)
+
+func (r *rig) addPeer() {
+	r.t.Helper()
+	if err := r.node.in(func() error {
+		for _, args := range [][]string{
+			{"link", "add", "link0", "type", "veth", "peer", "name", "link1"},
+			{"addr", "add", "198.19.0.1/24", "dev", "link0"},
+			{"link", "set", "link0", "up"},
+			{"link", "set", "link1", "up"},
+		} {
+			if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+				return fmt.Errorf("ip %v: %v: %s", args, err, out)
+			}
+		}
+		return nil
+	}); err != nil {
+		r.t.Fatal(err)
+	}
+	ctx := context.Background()
+	for name, ip := range map[string]string{nodeName: "198.19.0.1", peerName: peerIP} {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		if err := r.c.Create(ctx, n); err != nil {
+			r.t.Fatal(err)
+		}
+		n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip}}
+		if err := r.c.Status().Update(ctx, n); err != nil {
+			r.t.Fatal(err)
+		}
+	}
+	an := &allotv1.AllotNode{ObjectMeta: metav1.ObjectMeta{Name: peerName}}
+	an.Spec.IPAM.Pools.Allocated = []allotv1.PoolAllocation{{Pool: "default", CIDRs: []string{peerBlock}}}
+	if err := r.c.Create(ctx, an); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+// peerRoute is the node's route to the peer's block, as `ip route` prints it, or "".
+func (r *rig) peerRoute() string {
+	r.t.Helper()
+	var out []byte
+	if err := r.node.in(func() error {
+		var err error
+		out, err = exec.Command("ip", "route", "show", peerBlock).CombinedOutput()
+		return err
+	}); err != nil {
+		r.t.Fatalf("ip route: %v %s", err, out)
+	}
+	return strings.TrimSpace(string(out))
 }
 
 // giveFirstBlocks creates the node's AllotNode with its first blocks, as the operator would.
@@ -327,6 +387,10 @@ func TestAgentAsDaemonSet(t *testing.T) {
 	if b, err := os.ReadFile(r.confPath()); err != nil || string(b) != conflist {
 		t.Fatalf("configuration %q %v", b, err)
 	}
+	eventually(t, "the route to the peer's block", 10*time.Second, func() (bool, string) {
+		rt := r.peerRoute()
+		return strings.Contains(rt, "via "+peerIP) && strings.Contains(rt, "proto 167"), rt
+	})
 	if got := fileNames(t, r.confDir); !slices.Equal(got, []string{confName}) {
 		t.Fatalf("configuration directory: %v", got)
 	}
@@ -368,6 +432,9 @@ func TestAgentAsDaemonSet(t *testing.T) {
 	if s := r.node.nat(t); s.String() != before.String() {
 		t.Fatalf("rules changed at a rolling update's stop:\n%s\nbefore:\n%s", s, before)
 	}
+	if rt := r.peerRoute(); !strings.Contains(rt, "via "+peerIP) {
+		t.Fatalf("the route to the peer went at a rolling update's stop: %q", rt)
+	}
 
 	// The new pod's init container runs install-cni again (nothing changes), then the agent
 	// starts; an older version's configuration is replaced once it serves, and it adopts the
@@ -407,6 +474,9 @@ func TestAgentAsDaemonSet(t *testing.T) {
 	}
 	if s := r.node.nat(t); len(s.chains["ipv4"])+len(s.chains["ipv6"])+s.jumps["ipv4"]+s.jumps["ipv6"] > 0 {
 		t.Fatalf("rules left after uninstall: %s", s)
+	}
+	if rt := r.peerRoute(); rt != "" {
+		t.Fatalf("route to the peer left after uninstall: %q", rt)
 	}
 	// Order: the configuration first (no new ADDs), then the binaries, then the rules.
 	var order []string

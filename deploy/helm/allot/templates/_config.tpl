@@ -30,6 +30,9 @@ refuse to start, and the chart's tests load every example's files with allotd's 
 {{- if eq $v.mode "eni" -}}
 {{- $_ := set $cluster "eni" (deepCopy $v.eni.config) -}}
 {{- end -}}
+{{- if $v.autoDirectNodeRoutes -}}
+{{- $_ := set $cluster "autoDirectNodeRoutes" true -}}
+{{- end -}}
 {{- if $cluster -}}
 {{- $_ := set $c "cluster" $cluster -}}
 {{- end -}}

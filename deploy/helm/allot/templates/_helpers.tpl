@@ -118,6 +118,9 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- /* A datapath plugin runs as a child of the agent: give it what the built-ins have. */ -}}
 {{- $caps = list "NET_ADMIN" "NET_RAW" -}}
 {{- end -}}
+{{- if .Values.autoDirectNodeRoutes -}}
+{{- $caps = append $caps "NET_ADMIN" -}}
+{{- end -}}
 {{- toJson (concat $caps .Values.agent.extraCapabilities | uniq) -}}
 {{- end -}}
 
