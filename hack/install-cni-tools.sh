@@ -48,6 +48,8 @@ install "$tools_dir" github.com/containernetworking/cni "$CNITOOL_VERSION" \
 install "$plugins_dir" github.com/containernetworking/plugins "$CNI_PLUGINS_VERSION" \
 	github.com/containernetworking/plugins/plugins/main/bridge \
 	github.com/containernetworking/plugins/plugins/main/ptp \
+	github.com/containernetworking/plugins/plugins/main/loopback \
+	github.com/containernetworking/plugins/plugins/meta/portmap \
 	github.com/containernetworking/plugins/plugins/ipam/host-local
 
 echo "$plugins_dir"
