@@ -28,16 +28,17 @@ run: build
 
 # deps: Debian packages the tests use (only what is missing is installed).
 deps:
-	@bash hack/install-deps.sh $(DATAPATH_APT_PACKAGES)
+	@bash hack/install-deps.sh $(DATAPATH_APT_PACKAGES) $(REALNODE_APT_PACKAGES)
 
 test: deps cni-tools kube-binaries helm lint test-unit test-sdk plugins
 
 test-short:
 	$(GO) test -short ./...
 
-# The chart tests (test/chart) find helm through ALLOT_HELM (make helm installs it).
-test-unit: build
-	ALLOT_HELM=$$(bash hack/install-helm.sh) $(GO) test $(GOTEST_FLAGS) -race ./...
+# The chart tests (test/chart) find helm through ALLOT_HELM (make helm installs it); the
+# real-node tests (test/install) install the image make image built.
+test-unit: build image
+	ALLOT_HELM=$$(bash hack/install-helm.sh) ALLOT_IMAGE_TAR=$(IMAGE_TAR) $(GO) test $(GOTEST_FLAGS) -race ./...
 
 test-sdk:
 	cd sdk && $(GO) test $(GOTEST_FLAGS) -race ./...

@@ -21,7 +21,6 @@ import (
 	"github.com/allot-ipam/allot/test/realnode"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/yaml"
 )
 
 const (
@@ -87,30 +86,7 @@ func (n *node) values(ref string) string {
 
 func valuesFile(tb testing.TB, c *realnode.Cluster, ref string) string {
 	tb.Helper()
-	i := strings.LastIndex(ref, ":")
-	if i < 0 || strings.Contains(ref[i:], "/") {
-		tb.Fatalf("image reference %q has no tag", ref)
-	}
-	v := map[string]any{
-		"image":          map[string]any{"repository": ref[:i], "tag": ref[i+1:], "pullPolicy": "Never"},
-		"k8sServiceHost": "127.0.0.1",
-		"k8sServicePort": fmt.Sprint(c.APIServerPort),
-		"log":            map[string]any{"level": "debug", "format": "text"},
-		"cni":            map[string]any{"hostConfDir": c.CNIConfDir, "hostBinDir": c.CNIBinDir},
-		"operator":       map[string]any{"replicas": 1},
-		"ipMasqAgent": map[string]any{"config": map[string]any{
-			// Only the pod ranges are exempt: the external host's are masqueraded.
-			"nonMasqueradeCIDRs": []string{podCIDR4, podCIDR6},
-			"masqLinkLocal":      false,
-			"resyncInterval":     "10s",
-		}},
-		"pools": []any{map[string]any{
-			"name": "default",
-			"ipv4": map[string]any{"cidrs": []string{podCIDR4}, "maskSize": 24},
-			"ipv6": map[string]any{"cidrs": []string{podCIDR6}, "maskSize": 64},
-		}},
-	}
-	b, err := yaml.Marshal(v)
+	b, err := Values(c, ref)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -219,7 +195,7 @@ func podIP(p corev1.Pod, fam int) netip.Addr {
 // checkAddresses: both families from the pool, no address twice.
 func (n *node) checkAddresses(pods []corev1.Pod) {
 	n.t.Helper()
-	r4, r6 := netip.MustParsePrefix(podCIDR4), netip.MustParsePrefix(podCIDR6)
+	r4, r6 := netip.MustParsePrefix(PodCIDR4), netip.MustParsePrefix(PodCIDR6)
 	seen := map[netip.Addr]string{}
 	for _, p := range pods {
 		for fam, r := range map[int]netip.Prefix{4: r4, 6: r6} {
@@ -480,7 +456,7 @@ type externalHost struct {
 	restored []func()
 }
 
-func newExternalHost(t *testing.T, c *realnode.Cluster) *externalHost {
+func newExternalHost(t *testing.T, server string) *externalHost {
 	t.Helper()
 	e := &externalHost{
 		ns:   fmt.Sprintf("allot-ext-%d", os.Getpid()),
@@ -512,7 +488,7 @@ func newExternalHost(t *testing.T, c *realnode.Cluster) *externalHost {
 	run("ip", "netns", "exec", e.ns, "ip", "link", "set", "eth0", "up")
 	run("ip", "netns", "exec", e.ns, "ip", "link", "set", "lo", "up")
 	// No route back to the pods: only masqueraded traffic can be answered.
-	e.server = exec.Command("ip", "netns", "exec", e.ns, c.TestServerPath, "serve")
+	e.server = exec.Command("ip", "netns", "exec", e.ns, server, "serve")
 	e.server.Stdout, e.server.Stderr = io.Discard, io.Discard
 	if err := e.server.Start(); err != nil {
 		t.Fatal(err)

@@ -24,8 +24,6 @@ const (
 	app       = "web"
 	replicas  = 50
 	testImage = "local.test/allot-testserver:v1"
-	podCIDR4  = "10.244.0.0/16"
-	podCIDR6  = "fd00:10:244::/56"
 )
 
 // TestInstallOnRealNode is the user's path from an empty node to an uninstalled one.
@@ -57,7 +55,7 @@ func TestInstallOnRealNode(t *testing.T) {
 			t.Errorf("cluster stop: %v", err)
 		}
 	}()
-	ext := newExternalHost(t, c)
+	ext := newExternalHost(t, realnode.TestServerPath(work))
 
 	// 1. No CNI configuration: the node is NotReady. helm install; the agent and the
 	// operator start as pods; the node turns Ready once the agent has written the

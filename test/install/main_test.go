@@ -11,11 +11,7 @@
 package install
 
 import (
-	"archive/tar"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -61,7 +57,7 @@ func prepare(dir string) string {
 	if env.imageTar == "" {
 		return "ALLOT_IMAGE_TAR is not set (make image builds bin/allot-image.tar; make test sets it)"
 	}
-	ref, err := imageRef(env.imageTar)
+	ref, err := ImageRef(env.imageTar)
 	if err != nil {
 		return err.Error()
 	}
@@ -85,41 +81,4 @@ func need(t *testing.T) {
 		t.Skip(env.missing)
 	}
 	t.Fatal(env.missing)
-}
-
-// imageRef reads the reference the image tar registers in containerd (its index.json's
-// io.containerd.image.name annotation).
-func imageRef(path string) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", fmt.Errorf("ALLOT_IMAGE_TAR: %w", err)
-	}
-	defer f.Close()
-	tr := tar.NewReader(f)
-	for {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			return "", fmt.Errorf("ALLOT_IMAGE_TAR %s: no index.json", path)
-		}
-		if err != nil {
-			return "", fmt.Errorf("ALLOT_IMAGE_TAR %s: %w", path, err)
-		}
-		if filepath.Clean(h.Name) != "index.json" {
-			continue
-		}
-		var idx struct {
-			Manifests []struct {
-				Annotations map[string]string `json:"annotations"`
-			} `json:"manifests"`
-		}
-		if err := json.NewDecoder(tr).Decode(&idx); err != nil {
-			return "", fmt.Errorf("ALLOT_IMAGE_TAR %s: index.json: %w", path, err)
-		}
-		for _, m := range idx.Manifests {
-			if r := m.Annotations["io.containerd.image.name"]; r != "" {
-				return r, nil
-			}
-		}
-		return "", fmt.Errorf("ALLOT_IMAGE_TAR %s: index.json names no image (io.containerd.image.name)", path)
-	}
 }

@@ -68,7 +68,13 @@ func familyName(p goipt.Protocol) string {
 }
 
 func newIPT(p goipt.Protocol) (*goipt.IPTables, error) {
-	ipt, err := goipt.New(goipt.IPFamily(p), goipt.Timeout(10))
+	var ipt *goipt.IPTables
+	var err error
+	if cmd := commandFor(p); cmd != "" {
+		ipt, err = goipt.New(goipt.IPFamily(p), goipt.Timeout(10), goipt.Path(cmd))
+	} else {
+		ipt, err = goipt.New(goipt.IPFamily(p), goipt.Timeout(10))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("iptables: %s: %w", familyName(p), err)
 	}
