@@ -45,19 +45,24 @@ func detectBackend() string {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		nft, legacy := rules(ctx, "nft"), rules(ctx, "legacy")
-		switch {
-		case nft.marker && !legacy.marker:
-			backend = backendNFT
-		case legacy.marker && !nft.marker:
-			backend = backendLegacy
-		case legacy.count > nft.count:
-			backend = backendLegacy
-		default:
-			backend = backendNFT
-		}
+		backend = chooseBackend(rules(ctx, backendNFT), rules(ctx, backendLegacy))
 	})
 	return backend
+}
+
+// chooseBackend decides from what each back end holds: the kubelet's marker chains first
+// (they say which one the node's own components use), then the rule count, nft on a tie.
+func chooseBackend(nft, legacy ruleCount) string {
+	switch {
+	case nft.marker && !legacy.marker:
+		return backendNFT
+	case legacy.marker && !nft.marker:
+		return backendLegacy
+	case legacy.count > nft.count:
+		return backendLegacy
+	default:
+		return backendNFT
+	}
 }
 
 type ruleCount struct {
@@ -73,17 +78,22 @@ func rules(ctx context.Context, b string) ruleCount {
 		if err != nil {
 			continue
 		}
-		for line := range bytes.Lines(out) {
-			s := string(line)
-			if strings.HasPrefix(s, ":KUBE-IPTABLES-HINT") || strings.HasPrefix(s, ":KUBE-KUBELET-CANARY") {
-				rc.marker = true
-			}
-			if strings.HasPrefix(s, "-A ") {
-				rc.count++
-			}
-		}
+		rc.add(out)
 	}
 	return rc
+}
+
+// add counts one iptables-save output.
+func (rc *ruleCount) add(out []byte) {
+	for line := range bytes.Lines(out) {
+		s := string(line)
+		if strings.HasPrefix(s, ":KUBE-IPTABLES-HINT") || strings.HasPrefix(s, ":KUBE-KUBELET-CANARY") {
+			rc.marker = true
+		}
+		if strings.HasPrefix(s, "-A ") {
+			rc.count++
+		}
+	}
 }
 
 func hasCommand(name string) bool {
