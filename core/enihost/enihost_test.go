@@ -15,12 +15,7 @@ import (
 // newNS makes a network namespace for the test and removes it at the end.
 func newNS(t *testing.T) netns.NsHandle {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("short mode: creates a network namespace")
-	}
-	if reason := topo.CheckPrivileges(); reason != "" {
-		t.Fatal(reason)
-	}
+	topo.Require(t)
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	orig, err := netns.Get()

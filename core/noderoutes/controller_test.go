@@ -20,7 +20,7 @@ import (
 // when the peer's address changes, and goes when the block or the Node goes. A restarted
 // controller keeps what is right and removes what is stale.
 func TestControllerOnAPIServer(t *testing.T) {
-	requireRoot(t)
+	topo.Require(t)
 	env := k8senv.Start(t)
 	cl, err := env.Client()
 	if err != nil {

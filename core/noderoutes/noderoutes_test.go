@@ -41,21 +41,11 @@ func TestPlan(t *testing.T) {
 	}
 }
 
-func requireRoot(t *testing.T) {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("short mode: creates network namespaces")
-	}
-	if reason := topo.CheckPrivileges(); reason != "" {
-		t.Fatal(reason)
-	}
-}
-
 // TestSyncInNamespaces: the "node" namespace routes the "peer" namespace's pod block via the
 // peer's address on their shared link; a connection to a "pod" address in the peer works only
 // with the route; a stale route of ours is removed, a foreign one never touched.
 func TestSyncInNamespaces(t *testing.T) {
-	requireRoot(t)
+	topo.Require(t)
 	tp, err := topo.New()
 	if err != nil {
 		t.Fatal(err)

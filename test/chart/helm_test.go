@@ -68,18 +68,6 @@ func repoRoot(t testing.TB) string {
 
 func chartDir(t testing.TB) string { return filepath.Join(repoRoot(t), "deploy", "helm", "allot") }
 
-// ci reports whether the tests run in CI, where a test that cannot run must fail.
-func ci() bool { return os.Getenv("CI") == "true" }
-
-// skipOrFail skips the test with the reason, or fails it in CI.
-func skipOrFail(t testing.TB, format string, args ...any) {
-	t.Helper()
-	if ci() {
-		t.Fatalf("cannot run in CI: "+format, args...)
-	}
-	t.Skipf(format, args...)
-}
-
 var (
 	helmOnce sync.Once
 	helmPath string

@@ -21,10 +21,12 @@ import (
 
 	allotk8s "github.com/allot-ipam/allot/core/k8s"
 	allotv1 "github.com/allot-ipam/allot/core/k8s/apis/allot/v1alpha1"
+	"github.com/allot-ipam/allot/internal/testenv"
 	"github.com/allot-ipam/allot/test/k8senv"
 )
 
-// requireKube skips (fails in CI) when the API server binaries are missing.
+// requireKube returns the API server binaries' directory; without them the test ends by
+// internal/testenv's rule.
 func requireKube(t *testing.T) string {
 	t.Helper()
 	if testing.Short() {
@@ -32,7 +34,7 @@ func requireKube(t *testing.T) string {
 	}
 	d, err := k8senv.BinDir()
 	if err != nil {
-		skipOrFail(t, "%v", err)
+		testenv.Missing(t, err.Error())
 	}
 	return d
 }
@@ -196,7 +198,7 @@ func TestManifestsApply(t *testing.T) {
 	dir := requireKube(t)
 	kubectl := filepath.Join(dir, "kubectl")
 	if _, err := os.Stat(kubectl); err != nil {
-		skipOrFail(t, "kubectl is not in %s (make kube-binaries)", dir)
+		testenv.Missing(t, "kubectl is not in "+dir+" (make kube-binaries)")
 	}
 	env := k8senv.Start(t, k8senv.Options{CRDDir: "-"})
 	kc := writeKubeconfig(t, env.Config)

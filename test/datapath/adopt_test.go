@@ -7,18 +7,17 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/allot-ipam/allot/internal/testenv"
 	"github.com/allot-ipam/allot/plugins/datapath/ebpf"
 	"github.com/allot-ipam/allot/plugins/datapath/iptables"
 	"github.com/allot-ipam/allot/test/datapath/topo"
 	cebpf "github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
-	"golang.org/x/sys/unix"
 )
 
 // An agent stopped without uninstalling (a rolling update, a node reboot) leaves its
@@ -63,16 +62,9 @@ func readNAT(t *testing.T, tp *topo.Topology) natState {
 
 func needIPTables(t *testing.T) {
 	t.Helper()
-	if reason := topo.CheckPrivileges(); reason != "" {
-		t.Skip(reason)
-	}
-	if testing.Short() {
-		t.Skip("slow: builds network namespaces")
-	}
+	topo.Require(t)
 	for _, b := range []string{"iptables", "ip6tables", "iptables-save", "ip6tables-save"} {
-		if _, err := exec.LookPath(b); err != nil {
-			t.Skipf("needs %s on PATH (Debian package iptables)", b)
-		}
+		testenv.RequireBinary(t, b, "Debian package iptables")
 	}
 }
 
@@ -226,18 +218,8 @@ func tcFilters(t *testing.T, tp *topo.Topology, name string) int {
 // them (one program per direction, a new one), links of an interface that is no longer
 // egress are detached, and a process that never applied removes everything at uninstall.
 func TestEBPFPinnedLinksAreAdopted(t *testing.T) {
-	if reason := topo.CheckPrivileges(); reason != "" {
-		t.Skip(reason)
-	}
-	if testing.Short() {
-		t.Skip("slow: builds network namespaces")
-	}
-	bpffs := t.TempDir()
-	if err := unix.Mount("bpf", bpffs, "bpf", 0, ""); err != nil {
-		t.Fatalf("cannot mount a bpffs for pinning: %v", err)
-	}
-	t.Cleanup(func() { _ = unix.Unmount(bpffs, unix.MNT_DETACH) })
-	pin := filepath.Join(bpffs, "allot")
+	topo.Require(t)
+	pin := pinPath(t)
 	ctx := context.Background()
 	tp, err := topo.New()
 	if err != nil {
@@ -325,12 +307,7 @@ func TestEBPFPinnedLinksAreAdopted(t *testing.T) {
 // TestEBPFReplacesLegacyFilters: a process on the clsact path (an older kernel) left its
 // filters; a process that attaches with tcx removes them, so no second program runs.
 func TestEBPFReplacesLegacyFilters(t *testing.T) {
-	if reason := topo.CheckPrivileges(); reason != "" {
-		t.Skip(reason)
-	}
-	if testing.Short() {
-		t.Skip("slow: builds network namespaces")
-	}
+	topo.Require(t)
 	ctx := context.Background()
 	tp, err := topo.New()
 	if err != nil {

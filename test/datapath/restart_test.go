@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/allot-ipam/allot/internal/testenv"
 	"github.com/allot-ipam/allot/plugins/datapath/ebpf"
 	"github.com/allot-ipam/allot/test/datapath/topo"
 	"golang.org/x/sys/unix"
@@ -17,18 +18,8 @@ import (
 // Remove, then a new datapath's Apply) keeps established flows, and Remove
 // leaves nothing pinned.
 func TestEBPFRestartKeepsFlows(t *testing.T) {
-	if reason := topo.CheckPrivileges(); reason != "" {
-		t.Skip(reason)
-	}
-	if testing.Short() {
-		t.Skip("slow: builds network namespaces")
-	}
-	bpffs := t.TempDir()
-	if err := unix.Mount("bpf", bpffs, "bpf", 0, ""); err != nil {
-		t.Skipf("cannot mount a bpffs for pinning: %v", err)
-	}
-	t.Cleanup(func() { _ = unix.Unmount(bpffs, unix.MNT_DETACH) })
-	pin := filepath.Join(bpffs, "allot")
+	topo.Require(t)
+	pin := pinPath(t)
 
 	ctx := context.Background()
 	tp, err := topo.New()
@@ -91,4 +82,15 @@ func TestEBPFRestartKeepsFlows(t *testing.T) {
 	if left := ebpfLeftovers(t, tp, pin); len(left) > 0 {
 		t.Fatalf("left behind: %v", left)
 	}
+}
+
+// pinPath mounts a bpffs for the test and returns a pin path in it.
+func pinPath(t *testing.T) string {
+	t.Helper()
+	bpffs := t.TempDir()
+	if err := unix.Mount("bpf", bpffs, "bpf", 0, ""); err != nil {
+		testenv.Missing(t, "cannot mount a bpffs for pinning (kernel without CONFIG_BPF_SYSCALL?): "+err.Error())
+	}
+	t.Cleanup(func() { _ = unix.Unmount(bpffs, unix.MNT_DETACH) })
+	return filepath.Join(bpffs, "allot")
 }

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/allot-ipam/allot/internal/testenv"
 	"github.com/allot-ipam/allot/plugins/datapath/ebpf"
 	"github.com/allot-ipam/allot/plugins/datapath/iptables"
 	"github.com/allot-ipam/allot/sdk/datapath"
@@ -56,18 +57,11 @@ func impls() []impl {
 
 // TestMasquerade is the one suite every masquerading datapath runs.
 func TestMasquerade(t *testing.T) {
-	if reason := topo.CheckPrivileges(); reason != "" {
-		t.Skip(reason)
-	}
-	if testing.Short() {
-		t.Skip("slow: builds network namespaces and opens hundreds of flows")
-	}
+	topo.Require(t)
 	for _, im := range impls() {
 		t.Run(im.name, func(t *testing.T) {
 			if im.needs != "" {
-				if _, err := exec.LookPath(im.needs); err != nil {
-					t.Skipf("needs %s on PATH (Debian package %s)", im.needs, im.needs)
-				}
+				testenv.RequireBinary(t, im.needs, "Debian package "+im.needs)
 			}
 			runSuite(t, im)
 		})

@@ -8,22 +8,23 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/allot-ipam/allot/internal/testenv"
 )
 
 // CNIPluginsVersion is the reference plugins release the tests expect (mk/cni.mk pins the same).
 const CNIPluginsVersion = "v1.9.1"
 
-// env is what TestMain found and built. A non-empty skip reason makes the tests that need
-// the missing part skip with it.
+// env is what TestMain found and built. A non-empty reason ends the tests that need the
+// missing part by internal/testenv's rule: a failure under CI and make test, a skip elsewhere.
 var env struct {
 	root string // module root
 	tmp  string
 
-	allotCNI   string // built allot-cni
-	cniSkip    string // why allot-cni is not available
-	allotd     string // built allotd
-	daemonSkip string // why allotd is not available
-	daemonErr  string // allotd exists but does not build: tests needing it fail
+	allotCNI  string // built allot-cni
+	cniSkip   string // why allot-cni is not available
+	allotd    string // built allotd
+	daemonErr string // allotd does not build: tests needing it fail
 
 	rootSkip  string // not root
 	toolsSkip string // cnitool / reference plugins / iproute2 missing
@@ -40,7 +41,7 @@ func TestMain(m *testing.M) {
 func run(m *testing.M) int {
 	if testing.Short() {
 		env.cniSkip = "short mode: e2e tests build and exec the real binaries"
-		env.daemonSkip, env.rootSkip, env.toolsSkip = env.cniSkip, env.cniSkip, env.cniSkip
+		env.rootSkip, env.toolsSkip = env.cniSkip, env.cniSkip
 		return m.Run()
 	}
 	tmp, err := os.MkdirTemp("", "allot-e2e-")
@@ -76,8 +77,6 @@ func setup() error {
 		if _, err := os.Stat(prebuilt); err != nil {
 			env.daemonErr = "ALLOT_ALLOTD: " + err.Error()
 		}
-	} else if _, err := os.Stat(filepath.Join(env.root, "cmd/allotd/main.go")); err != nil {
-		env.daemonSkip = "cmd/allotd does not exist yet"
 	} else if err := goBuild(env.allotd, "./cmd/allotd"); err != nil {
 		env.daemonErr = err.Error()
 	}
@@ -137,34 +136,32 @@ func envOr(k, def string) string {
 	return def
 }
 
-// needCNI skips unless allot-cni was built.
+// needCNI ends the test unless allot-cni was built.
 func needCNI(t *testing.T) {
 	t.Helper()
-	if env.cniSkip != "" {
-		t.Skip(env.cniSkip)
-	}
+	need(t, env.cniSkip)
 }
 
-// needDaemon skips unless allot-cni and allotd were built.
+// needDaemon ends the test unless allot-cni and allotd were built.
 func needDaemon(t *testing.T) {
 	t.Helper()
 	needCNI(t)
-	if env.daemonSkip != "" {
-		t.Skip(env.daemonSkip)
-	}
 	if env.daemonErr != "" {
 		t.Fatal(env.daemonErr)
 	}
 }
 
-// needNetwork skips unless the test can create namespaces and run cnitool with the bridge.
+// needNetwork ends the test unless it can create namespaces and run cnitool with the bridge.
 func needNetwork(t *testing.T) {
 	t.Helper()
 	needDaemon(t)
-	if env.rootSkip != "" {
-		t.Skip(env.rootSkip)
-	}
-	if env.toolsSkip != "" {
-		t.Skip(env.toolsSkip)
+	need(t, env.rootSkip)
+	need(t, env.toolsSkip)
+}
+
+func need(t *testing.T, missing string) {
+	t.Helper()
+	if missing != "" {
+		testenv.Missing(t, missing)
 	}
 }

@@ -6,8 +6,8 @@
 // nothing, an upgrade keeps every allocation and an uninstall leaves nothing behind.
 //
 // It needs root, the kube binaries (make kube-binaries), the CNI plugins (make cni-tools),
-// helm (make helm: ALLOT_HELM) and the image (make image: ALLOT_IMAGE_TAR). Under CI (CI=true)
-// a missing piece fails the test with the reason; only `go test -short` skips.
+// helm (make helm: ALLOT_HELM) and the image (make image: ALLOT_IMAGE_TAR). Under CI and make
+// test a missing piece fails the test with the reason, elsewhere it skips (internal/testenv).
 package install
 
 import (
@@ -17,6 +17,9 @@ import (
 	"path/filepath"
 	"runtime"
 	"testing"
+
+	"github.com/allot-ipam/allot/internal/testenv"
+	"github.com/allot-ipam/allot/test/realnode"
 )
 
 // env is what the tests need from outside, checked once.
@@ -26,6 +29,7 @@ var env struct {
 	allotctl           string
 	chart              string
 	missing            string // why the tests cannot run, or ""
+	broken             string // a setup step that failed, or ""
 }
 
 func TestMain(m *testing.M) {
@@ -43,8 +47,8 @@ func TestMain(m *testing.M) {
 }
 
 func prepare(dir string) string {
-	if os.Geteuid() != 0 {
-		return "needs root (a kubelet, containerd and network namespaces)"
+	if err := realnode.Check(); err != nil {
+		return err.Error()
 	}
 	_, file, _, _ := runtime.Caller(0)
 	root := filepath.Join(filepath.Dir(file), "..", "..")
@@ -66,19 +70,21 @@ func prepare(dir string) string {
 	cmd := exec.Command("go", "build", "-o", env.allotctl, "./cmd/allotctl")
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Sprintf("building allotctl: %v\n%s", err, out)
+		env.broken = fmt.Sprintf("building allotctl: %v\n%s", err, out)
 	}
 	return ""
 }
 
-// need fails (CI) or skips (-short) a test that cannot run here.
+// need ends a test that cannot run here (internal/testenv's rule) or whose setup failed.
 func need(t *testing.T) {
 	t.Helper()
-	if env.missing == "" {
-		return
-	}
 	if testing.Short() {
-		t.Skip(env.missing)
+		t.Skip("short mode: installs allot on a real one-node cluster")
 	}
-	t.Fatal(env.missing)
+	if env.missing != "" {
+		testenv.Missing(t, env.missing)
+	}
+	if env.broken != "" {
+		t.Fatal(env.broken)
+	}
 }

@@ -3,9 +3,9 @@
 //
 // The binaries come from hack/build-kube.sh (make kube-binaries): $ALLOT_KUBE_DIR when set
 // (and only there), else $KUBEBUILDER_ASSETS, else
-// $ALLOT_CACHE (default ~/.cache/allot)/kube-v1.36.3-etcd-v3.6.6. Tests
-// calling Start skip, with a message saying how to get them, when they are missing or under
-// -short.
+// $ALLOT_CACHE (default ~/.cache/allot)/kube-v1.36.3-etcd-v3.6.6. Tests calling Start skip
+// under -short; when the binaries are missing they fail under CI and make test and skip
+// elsewhere (internal/testenv), with a message saying how to get them.
 //
 // Every process runs in its own process group with a parent-death signal, so nothing outlives
 // a test binary that crashes or is killed; Stop kills them and removes the temp directory.
@@ -47,6 +47,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	allotk8s "github.com/allot-ipam/allot/core/k8s"
+	"github.com/allot-ipam/allot/internal/testenv"
 )
 
 // Versions the default binary directory is keyed by (hack/build-kube.sh).
@@ -135,7 +136,8 @@ type Env struct {
 }
 
 // Start starts an environment for a test and stops it at the end of the test. It skips the
-// test under -short or when the binaries are missing, and fails it when they do not start.
+// test under -short; missing binaries end it by internal/testenv's rule (a failure under CI
+// and make test, a skip elsewhere); binaries that do not start fail it.
 func Start(t testing.TB, opts ...Options) *Env {
 	t.Helper()
 	if testing.Short() {
@@ -148,7 +150,7 @@ func Start(t testing.TB, opts ...Options) *Env {
 	if o.BinDir == "" {
 		d, err := BinDir()
 		if err != nil {
-			t.Skipf("k8senv: %v", err)
+			testenv.Missing(t, err.Error())
 		}
 		o.BinDir = d
 	}

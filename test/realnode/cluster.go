@@ -99,24 +99,7 @@ func (c *Cluster) Kubectl(ctx context.Context, args ...string) ([]byte, error) {
 // Start brings the cluster up and returns once the node is registered (NotReady: no CNI
 // configuration yet).
 func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
-	if os.Geteuid() != 0 {
-		return nil, errors.New("realnode: needs root (kubelet, containerd, cgroups, mounts)")
-	}
-	bin, err := k8senv.BinDir()
-	if err != nil {
-		return nil, fmt.Errorf("realnode: %w", err)
-	}
-	for _, b := range []string{"kubelet", "kube-controller-manager", "kube-scheduler", "kubectl"} {
-		if _, err := os.Stat(filepath.Join(bin, b)); err != nil {
-			return nil, fmt.Errorf("realnode: %s missing in %s (make kube-binaries)", b, bin)
-		}
-	}
-	for _, b := range []string{"containerd", "containerd-shim-runc-v2", "runc", "ctr"} {
-		if _, err := exec.LookPath(b); err != nil {
-			return nil, fmt.Errorf("realnode: %s not on PATH (Debian packages containerd and runc: make deps)", b)
-		}
-	}
-	cniSrc, err := cniPluginDir()
+	bin, cniSrc, err := prerequisites()
 	if err != nil {
 		return nil, err
 	}
@@ -367,6 +350,40 @@ func (c *Cluster) InstallCNIPluginsFrom(src string, names ...string) error {
 		}
 	}
 	return nil
+}
+
+// Check returns what this host lacks to run a cluster (root, binaries), or nil: tests check
+// it first so that a missing piece follows internal/testenv's rule instead of failing Start.
+func Check() error {
+	_, _, err := prerequisites()
+	return err
+}
+
+// prerequisites returns the kube binaries' directory and the CNI plugins' directory, or what
+// is missing.
+func prerequisites() (kubeBin, cniBin string, err error) {
+	if os.Geteuid() != 0 {
+		return "", "", errors.New("realnode: needs root (kubelet, containerd, cgroups, mounts)")
+	}
+	kubeBin, err = k8senv.BinDir()
+	if err != nil {
+		return "", "", fmt.Errorf("realnode: %w", err)
+	}
+	for _, b := range []string{"kubelet", "kube-controller-manager", "kube-scheduler", "kubectl"} {
+		if _, err := os.Stat(filepath.Join(kubeBin, b)); err != nil {
+			return "", "", fmt.Errorf("realnode: %s missing in %s (make kube-binaries)", b, kubeBin)
+		}
+	}
+	for _, b := range []string{"containerd", "containerd-shim-runc-v2", "runc", "ctr"} {
+		if _, err := exec.LookPath(b); err != nil {
+			return "", "", fmt.Errorf("realnode: %s not on PATH (Debian packages containerd and runc: make deps)", b)
+		}
+	}
+	cniBin, err = cniPluginDir()
+	if err != nil {
+		return "", "", err
+	}
+	return kubeBin, cniBin, nil
 }
 
 // cniPluginDir is where `make cni-tools` put the CNI reference plugins.

@@ -15,6 +15,8 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/allot-ipam/allot/internal/testenv"
 )
 
 // TestCluster proves the harness with the CNI reference plugins alone: NotReady without a
@@ -23,6 +25,9 @@ import (
 func TestCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("short mode: starts a real one-node cluster")
+	}
+	if err := Check(); err != nil {
+		testenv.Missing(t, err.Error())
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
