@@ -15,6 +15,8 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
+
+	"github.com/allot-ipam/allot/internal/testenv"
 )
 
 func testImages(t *testing.T) string {
@@ -150,18 +152,9 @@ func TestLayoutReadsBack(t *testing.T) {
 // manifest digests of the layout. A containerd of the test's own (socket, root and state
 // in a temporary directory) so nothing else on the machine is touched.
 func TestContainerdImports(t *testing.T) {
-	why := ""
-	if os.Geteuid() != 0 {
-		why = "needs root to run containerd"
-	} else if _, err := exec.LookPath("containerd"); err != nil {
-		why = "needs containerd and ctr (Debian package containerd; make deps)"
-	}
-	if why != "" {
-		if testing.Short() {
-			t.Skip(why)
-		}
-		t.Fatal(why)
-	}
+	testenv.RequireRoot(t, "runs containerd")
+	testenv.RequireBinary(t, "containerd", "Debian package containerd; make deps")
+	testenv.RequireBinary(t, "ctr", "Debian package containerd; make deps")
 	tarPath := testImages(t)
 	dir, err := os.MkdirTemp("", "ociimg-")
 	if err != nil {

@@ -30,6 +30,7 @@ import (
 	"github.com/allot-ipam/allot/core/eni"
 	"github.com/allot-ipam/allot/core/eni/eninode"
 	allotv1 "github.com/allot-ipam/allot/core/k8s/apis/allot/v1alpha1"
+	"github.com/allot-ipam/allot/internal/testenv"
 	"github.com/allot-ipam/allot/test/ec2fake"
 	"github.com/allot-ipam/allot/test/k8senv"
 )
@@ -605,9 +606,7 @@ func holds(allocs []api.Allocation, addr string) bool {
 // TestENIModePluginProcess runs the operator's cloud backend as the aws-eni go-plugin
 // process (process transport), against the same fake.
 func TestENIModePluginProcess(t *testing.T) {
-	if runtime.GOOS != "linux" {
-		t.Skip("process plugins are tested on linux")
-	}
+	testenv.Need(t, runtime.GOOS == "linux", "process plugins are tested on linux")
 	e := newENIEnv(t, eniSetup{
 		nodes:   3,
 		types:   []string{"m5.large", "c5.xlarge"},

@@ -23,6 +23,7 @@ import (
 
 	"github.com/allot-ipam/allot/core/pluginhost/process/testdata/labelpolicy"
 	"github.com/allot-ipam/allot/internal/benchutil"
+	"github.com/allot-ipam/allot/internal/testenv"
 	"github.com/allot-ipam/allot/sdk/pluginrpc"
 	"github.com/allot-ipam/allot/sdk/policy"
 	"github.com/allot-ipam/allot/sdk/version"
@@ -389,7 +390,7 @@ func helperHost() {
 
 func TestNoOrphansWhenHostKilled(t *testing.T) {
 	if _, err := os.Stat("/proc/self/stat"); err != nil {
-		t.Skip("needs /proc to check process state")
+		testenv.Missing(t, "needs /proc to check process state")
 	}
 	path := testBinary(t, "policyplugin")
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
@@ -486,7 +487,7 @@ func cpuTime(b *testing.B, pid int) time.Duration {
 	}
 	raw, err := os.ReadFile(path)
 	if err != nil {
-		b.Skipf("needs /proc: %v", err)
+		testenv.Missing(b, "needs /proc: "+err.Error())
 	}
 	s := string(raw)
 	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])

@@ -1,18 +1,16 @@
 package ebpf
 
 import (
-	"os"
 	"testing"
 
+	"github.com/allot-ipam/allot/internal/testenv"
 	"github.com/allot-ipam/allot/sdk/datapath"
 )
 
 // TestLoad runs the verifier over both programs with default and small
 // map sizes.
 func TestLoad(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: loads eBPF programs (CAP_BPF, CAP_NET_ADMIN)")
-	}
+	testenv.RequireRoot(t, loadsPrograms)
 	for _, sizes := range []datapath.MapSizes{{}, {ConnTrack: 1024, CIDRs: 16}} {
 		objs, err := load(effectiveSizes(sizes), "")
 		if err != nil {

@@ -3,10 +3,10 @@ package ebpf
 import (
 	"encoding/binary"
 	"net/netip"
-	"os"
 	"testing"
 
 	"github.com/allot-ipam/allot/bpf"
+	"github.com/allot-ipam/allot/internal/testenv"
 	"github.com/allot-ipam/allot/plugins/datapath/internal/netinfo"
 	"github.com/allot-ipam/allot/sdk/datapath"
 	cebpf "github.com/cilium/ebpf"
@@ -82,10 +82,11 @@ func checkSums(t *testing.T, pkt []byte) {
 	}
 }
 
+// loadsPrograms is why a test needs root.
+const loadsPrograms = "loads eBPF programs (CAP_BPF, CAP_NET_ADMIN)"
+
 func loadForTest(tb testing.TB) *Datapath {
-	if os.Geteuid() != 0 {
-		tb.Skip("needs root: loads eBPF programs (CAP_BPF, CAP_NET_ADMIN)")
-	}
+	testenv.RequireRoot(tb, loadsPrograms)
 	objs, err := load(effectiveSizes(datapath.MapSizes{}), "")
 	if err != nil {
 		tb.Fatal(err)
@@ -184,9 +185,7 @@ func BenchmarkEgressHostIdentity(b *testing.B) {
 }
 
 func BenchmarkEmptyProgram(b *testing.B) {
-	if os.Geteuid() != 0 {
-		b.Skip("needs root")
-	}
+	testenv.RequireRoot(b, loadsPrograms)
 	p, err := cebpf.NewProgram(&cebpf.ProgramSpec{Type: cebpf.SchedCLS, License: "GPL",
 		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, -1), asm.Return()}})
 	if err != nil {
@@ -225,9 +224,7 @@ func l6sum(pkt []byte) uint16 {
 }
 
 func TestProgramSNAT6(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: loads eBPF programs (CAP_BPF, CAP_NET_ADMIN)")
-	}
+	testenv.RequireRoot(t, loadsPrograms)
 	objs, err := load(effectiveSizes(datapath.MapSizes{}), "")
 	if err != nil {
 		t.Fatal(err)
