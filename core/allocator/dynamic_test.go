@@ -276,6 +276,8 @@ func TestPropertyDynamic(t *testing.T) {
 			},
 			"Release": func(t *rapid.T) {
 				if len(held) == 0 {
+					// rapid's Skip discards this action for this step, it skips no test: an
+					// action with nothing to act on is not part of the sequence.
 					t.Skip("nothing held")
 				}
 				a := rapid.SampledFrom(mapKeysSorted(held)).Draw(t, "r")
