@@ -1,7 +1,7 @@
 # mk/cni.mk: allot-cni's end-to-end tests and the CNI benchmark; included by the root Makefile.
 #
 #   make e2e         end-to-end tests with the real binaries, cnitool and the bridge plugin
-#                    in network namespaces (root; skips with a reason otherwise)
+#                    in network namespaces (root; otherwise skips with the reason, or fails under CI)
 #   make bench-cni   1,000 ADDs then 1,000 DELs, 8 workers: allot-cni vs host-local, a table
 #   make cni-tools   install the pinned CNI tools (hack/install-cni-tools.sh)
 

@@ -1,7 +1,7 @@
 # Datapath (masquerade) targets; included by the root Makefile.
 #
 #   make generate         rebuild bpf/snat_bpfel.{go,o} from bpf/snat.c (needs clang, llvm, libbpf-dev)
-#   make test-datapath    unit tests + the namespace suite (root; skips cleanly otherwise)
+#   make test-datapath    unit tests + the namespace suite (root; otherwise skips with the reason, or fails under CI)
 #   make bench-datapath   none vs iptables vs ebpf through pod -> node -> external namespaces (root, iperf3)
 #
 # Debian packages the datapath tests and benchmark need at run time; the
