@@ -213,7 +213,7 @@ func (d *Daemon) close(ctx context.Context) error {
 			errs = append(errs, d.datapath.Close(ctx))
 		case stopUninstall:
 			errs = append(errs, d.datapath.Remove(ctx))
-		default:
+		case stopRemove:
 			errs = append(errs, d.datapath.Stop(ctx))
 		}
 	}

@@ -449,11 +449,10 @@ func tail(s string, lines int) string {
 // behind a veth, serving HTTP with the test server (which answers with the peer address it
 // sees).
 type externalHost struct {
-	ns       string
-	host     [2]netip.Prefix // node side, IPv4 and IPv6
-	ext      [2]netip.Addr
-	server   *exec.Cmd
-	restored []func()
+	ns     string
+	host   [2]netip.Prefix // node side, IPv4 and IPv6
+	ext    [2]netip.Addr
+	server *exec.Cmd
 }
 
 func newExternalHost(t *testing.T, server string) *externalHost {
