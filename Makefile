@@ -21,7 +21,7 @@ TESTSUMMARY := $(BIN)/testsummary
 # GOTEST_JSON is `go test -json` through testsummary, saving the events under the target's name.
 GOTEST_JSON = $(TESTSUMMARY) -save $(TEST_RESULTS)/$@.jsonl -- $(GO) test -json
 
-.PHONY: all build run test test-short test-unit test-sdk lint deps plugins testsummary bench bench-go clean help
+.PHONY: all build run test test-short test-unit test-realnode test-sdk lint deps plugins testsummary bench bench-go clean help
 
 all: build
 
@@ -44,17 +44,27 @@ deps:
 test: export ALLOT_NO_SKIP := 1
 test: deps cni-tools kube-binaries helm lint testsummary
 	@rm -rf $(TEST_RESULTS)
-	@status=0; $(MAKE) --no-print-directory -k test-unit test-sdk plugins || status=1; \
+	@status=0; $(MAKE) --no-print-directory -k test-unit test-sdk plugins test-realnode || status=1; \
 		$(TESTSUMMARY) -report $(TEST_RESULTS)/*.jsonl || status=1; exit $$status
 
 test-short:
 	$(GO) test -short ./...
 
-# The chart tests (test/chart) find helm through ALLOT_HELM (make helm installs it); the
-# real-node tests (test/install) install the image make image built.
-test-unit: build image testsummary
+# The chart tests (test/chart) find helm through ALLOT_HELM (make helm installs it). The
+# real-node suites run on their own (test-realnode): a kubelet and 50 pods on two cores
+# should not share them with the rest of the tests.
+REALNODE_PKGS := ./test/realnode/... ./test/install/...
+test-unit: build testsummary
 	@rm -f $(TEST_RESULTS)/$@.jsonl
-	ALLOT_HELM=$$(bash hack/install-helm.sh) ALLOT_IMAGE_TAR=$(IMAGE_TAR) $(GOTEST_JSON) $(GOTEST_FLAGS) -race ./...
+	ALLOT_HELM=$$(bash hack/install-helm.sh) $(GOTEST_JSON) $(GOTEST_FLAGS) -race \
+		$$($(GO) list ./... | grep -v -e /test/realnode -e /test/install)
+
+# The real-node tests install the image make image built, one package at a time (one
+# cluster per machine), without -race (they drive real processes; nothing to race here).
+test-realnode: build image testsummary
+	@rm -f $(TEST_RESULTS)/$@.jsonl
+	ALLOT_HELM=$$(bash hack/install-helm.sh) ALLOT_IMAGE_TAR=$(IMAGE_TAR) ALLOT_KUBE_DIR=$$(bash hack/build-kube.sh) \
+		$(GOTEST_JSON) -count=1 -timeout 40m -p 1 $(REALNODE_PKGS)
 
 test-sdk: testsummary
 	@rm -f $(TEST_RESULTS)/$@.jsonl
