@@ -1,4 +1,4 @@
-# Kubernetes mode (issue 4): CRDs, kube binaries for the API-server tests, operator benchmark.
+# Kubernetes mode: CRDs, kube binaries for the API-server tests, operator benchmark.
 #
 #   make generate-crds    regenerate deepcopy and deploy/crds from core/k8s/apis (controller-gen)
 #   make kube-binaries    build (or reuse) kube-apiserver and etcd into $(ALLOT_CACHE)
@@ -20,7 +20,7 @@ kube-binaries:
 bench-operator: kube-binaries
 	ALLOT_KUBE_DIR=$$(bash hack/build-kube.sh) $(GO) test -run '^$$' -bench 'BenchmarkConverge' -benchtime=1x -count=1 -timeout 20m ./core/operator/ | tee $(ALLOT_CACHE)/bench-operator.txt
 
-# Shared pools (issue 7): prints a table (time until every pod has an address, API requests
+# Shared pools: prints a table (time until every pod has an address, API requests
 # per pod, conflicts retried, duplicates).
 bench-shared: kube-binaries
 	ALLOT_KUBE_DIR=$$(bash hack/build-kube.sh) $(GO) test -run '^$$' -bench 'BenchmarkSharedPool' -benchtime=1x -count=1 -timeout 20m ./core/sharedpool/ \
