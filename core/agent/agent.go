@@ -12,10 +12,11 @@
 //   - keeps, per pool and family, neededIPs = roundUp(inUse + pending + preAlloc, preAlloc)
 //     in spec.ipam.pools.requested, written at most once per debounce (100 ms by default,
 //     where Cilium waits 15 s), with conflict retries on the resourceVersion and backoff;
-//   - gives back blocks it no longer needs: a block with no address in use that is not
-//     needed to cover neededIPs, after the release delay, is first removed from the local
-//     allocator (so nothing can be handed out from it afterwards) and only then from
-//     spec.ipam.pools.allocated — the agent is the one that removes blocks (seed 000);
+//   - gives back blocks it no longer needs: a block with no address in use that is not needed
+//     to cover neededIPs, after the release delay, is first removed from the local allocator
+//     (so nothing can be handed out from it afterwards) and only then from
+//     spec.ipam.pools.allocated — the agent is the one that removes blocks, as in Cilium's
+//     multi-pool IPAM;
 //   - publishes its usage in status.ipam;
 //   - reclaims addresses of pods that no longer exist (reclaim.go).
 //

@@ -8,7 +8,8 @@ import (
 	"github.com/allot-ipam/allot/core/allocator"
 )
 
-// NeededIPs is Cilium's multi-pool pre-allocation formula (seed 000):
+// NeededIPs is Cilium's multi-pool pre-allocation formula ("Allocation Parameters" in
+// docs.cilium.io/en/stable/network/concepts/ipam/multi-pool/; neededIPCeil in Cilium's pkg/ipam):
 //
 //	neededIPs = roundUp(inUse + pending + preAlloc, preAlloc)
 //

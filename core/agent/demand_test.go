@@ -15,7 +15,7 @@ func TestNeededIPs(t *testing.T) {
 		name                     string
 		inUse, pending, pre, out uint64
 	}{
-		// Seed 000: pre-allocation defaults to default=8.
+		// Cilium's ipam-multi-pool-pre-allocation defaults to default=8.
 		{"idle node keeps the buffer", 0, 0, 8, 8},
 		{"one pod", 1, 0, 8, 16},
 		{"seven pods", 7, 0, 8, 16},

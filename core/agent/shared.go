@@ -12,10 +12,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// Shared pools (issue 7). With Options.Shared set, the agent also serves CNI networks whose
-// addresses come from SharedIPPools: its informer cache additionally watches SharedIPPool,
-// ReservedIP and AddressClaim cluster-wide (they feed the allocator's index), and a
-// sharedpool.Allocator answers for those networks (the daemon routes by network). Pods'
+// Shared pools (Spiderpool style). With Options.Shared set, the agent also serves CNI networks
+// whose addresses come from SharedIPPools: its informer cache additionally watches
+// SharedIPPool, ReservedIP and AddressClaim cluster-wide (they feed the allocator's index), and
+// a sharedpool.Allocator answers for those networks (the daemon routes by network). Pods'
 // AllotEndpoints are not cached: the allocator reads the one pod it serves directly.
 
 // SharedOptions configure the agent's shared-pool allocator.

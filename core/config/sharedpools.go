@@ -7,7 +7,7 @@ import (
 )
 
 // SharedPools says which CNI networks the agent serves from shared pools (SharedIPPool,
-// AddressClaim, AllotEndpoint; issue 7) instead of the node's blocks.
+// AddressClaim, AllotEndpoint; Spiderpool style) instead of the node's blocks.
 type SharedPools struct {
 	// Networks are CNI network names (the "name" of the network configuration). Their ADD,
 	// DEL, CHECK and GC go to the shared-pool allocator, whose pool policy is

@@ -130,7 +130,7 @@ func TestClientReportsDaemonAbsent(t *testing.T) {
 }
 
 // BenchmarkAPIAllocate measures durable allocations through the real socket API with 32
-// concurrent clients (the figure: >= 20,000 allocations/s). Each allocation is
+// concurrent clients (allotd aims at >= 20,000 allocations/s). Each allocation is
 // fsynced before its answer; the store group-commits concurrent ones. Each mode runs over
 // HTTP/JSON first, then over the framed protocol (one connection carrying every client's
 // requests, and one connection per client), which reports its rate relative to HTTP's

@@ -11,9 +11,10 @@ import (
 type Config struct {
 	// Params are the watermarks for nodes that do not carry their own.
 	Params Params
-	// FirstInterfaceIndex (spec.eni.first-interface-index): interfaces below this device
-	// index are never used for pod addresses nor created. Default 0 (Cilium's default: eth0's
-	// secondary addresses are used); 1 keeps eth0 out of it, as the seed describes.
+	// FirstInterfaceIndex (spec.eni.first-interface-index): interfaces below this device index
+	// are never used for pod addresses nor created. Default 0 (Cilium's default: eth0's
+	// secondary addresses are used); 1 keeps eth0 out of it, as Cilium's ENI documentation
+	// suggests.
 	FirstInterfaceIndex int
 	// SubnetIDs and SubnetTags (spec.eni.subnet-ids, spec.eni.subnet-tags) narrow the
 	// subnets new interfaces go to. Both set: a subnet must match both.
@@ -34,8 +35,8 @@ type Config struct {
 	// ReleaseDelay is how long an address must be excess before it is marked for release
 	// (Cilium's excess-ip-release-delay, 180 s).
 	ReleaseDelay time.Duration
-	// MinPassInterval: at most one pass per this interval (1 s, the seed's "at most once a
-	// second").
+	// MinPassInterval: at most one pass per this interval (1 s: Cilium handles its allocation
+	// queue "at most once per second").
 	MinPassInterval time.Duration
 	// ResyncInterval: a pass runs at least this often even without a trigger (1 min).
 	ResyncInterval time.Duration

@@ -9,7 +9,8 @@ import (
 )
 
 // The functions in this file are the engine's decisions as pure functions of a node's
-// inventory, so each rule of the seed is tested on its own.
+// inventory, so each rule of Cilium's ENI allocator ("Operational Details" in
+// docs.cilium.io/en/stable/network/concepts/ipam/eni/) is tested on its own.
 
 // unlimited stands for a limit the backend reported as 0 (unknown / none).
 const unlimited = math.MaxInt32
@@ -56,9 +57,9 @@ func FreeOnSubnet(inv cloud.NodeInventory, id string) int {
 	return unlimited
 }
 
-// AllocationAmount is the seed's amount: min(AvailableOnSubnet, min(AvailableOnENI,
-// NeededAddresses + max-above-watermark + surgeAllocate)); want is the last term
-// (AllocationTarget).
+// AllocationAmount is the amount of Cilium's ENI allocation: min(AvailableOnSubnet,
+// min(AvailableOnENI, NeededAddresses + max-above-watermark + surgeAllocate)); want is the last
+// term (AllocationTarget).
 func AllocationAmount(onSubnet, onInterface, want int) int {
 	return max(min(onSubnet, min(onInterface, want)), 0)
 }
@@ -122,11 +123,12 @@ func (r SubnetRules) match(s cloud.Subnet) bool {
 	return true
 }
 
-// PickSubnet chooses the subnet of a new interface, in the seed's order: subnets of the
-// node's VPC and zone; if subnet IDs or tags are configured, the matching one with the most
-// free addresses; otherwise eth0's subnet if it has a free address, else the one with the
-// most free addresses. need is the least number of free addresses the subnet must have (the
-// interface's own address plus at least one for pods). Ties go to the lower subnet ID.
+// PickSubnet chooses the subnet of a new interface by Cilium's "ENI Creation" rules (without
+// its route-table step): subnets of the node's VPC and zone; if subnet IDs or tags are
+// configured, the matching one with the most free addresses; otherwise eth0's subnet if it has
+// a free address, else the one with the most free addresses. need is the least number of free
+// addresses the subnet must have (the interface's own address plus at least one for pods). Ties
+// go to the lower subnet ID.
 func PickSubnet(inv cloud.NodeInventory, zone string, rules SubnetRules, need uint64) (cloud.Subnet, bool) {
 	eth0, hasEth0 := Primary(inv)
 	var vpc string

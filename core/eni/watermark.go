@@ -1,7 +1,8 @@
 package eni
 
-// Params are the per-node watermarks of the seed (Cilium's spec.ipam.*). Zero values mean
-// "off" except PreAllocate, whose default (8) DefaultParams sets.
+// Params are the per-node watermarks of Cilium's ENI IPAM (a CiliumNode's spec.ipam.*, see
+// docs.cilium.io/en/stable/network/concepts/ipam/eni/, "ENI Allocation Parameters"). Zero
+// values mean "off" except PreAllocate, whose default (8) DefaultParams sets.
 type Params struct {
 	// PreAllocate (spec.ipam.pre-allocate) is how many unused addresses a node keeps ready.
 	PreAllocate int
@@ -17,13 +18,14 @@ type Params struct {
 // DefaultParams are Cilium's ENI defaults: pre-allocate 8, everything else off.
 func DefaultParams() Params { return Params{PreAllocate: 8} }
 
-// NeededIPs is the seed's formula, word for word:
+// NeededIPs is the deficit formula of Cilium's ENI documentation ("Determination of ENI IP
+// deficits or excess"), word for word:
 //
 //	neededIPS = max(pre-allocate - (available - used), min-allocate - available)
 //	if max-allocate > 0 { neededIPS = min(max(max-allocate - available, 0), neededIPS) }
 //
-// clamped at 0 (a negative need is no need; DESIGN.md's form of the formula clamps
-// explicitly, and the two agree for every input, see TestNeededMatchesDesignForm).
+// clamped at 0 (a negative need is no need; Cilium's code, pkg/ipam/node.go calculateNeededIPs,
+// clamps explicitly, and the two forms agree for every input, see TestNeededMatchesCodeForm).
 func NeededIPs(available, used int, p Params) int {
 	needed := max(p.PreAllocate-(available-used), p.MinAllocate-available)
 	if p.MaxAllocate > 0 {
@@ -45,9 +47,9 @@ func ExcessIPs(available, used int, p Params) int {
 	return max(available-used-p.PreAllocate-p.MaxAboveWatermark, 0)
 }
 
-// SurgeIPs is the surge of the seed: when more pods are pending on a node than
-// pre-allocate covers, the operator allocates the difference on top of the need so those
-// pods do not wait for another round.
+// SurgeIPs is the surge of Cilium's ENI allocation (surgeAllocate): when more pods are pending
+// on a node than pre-allocate covers, the operator allocates the difference on top of the need
+// so those pods do not wait for another round.
 func SurgeIPs(pending int, p Params) int {
 	return max(pending-p.PreAllocate, 0)
 }

@@ -7,7 +7,7 @@ func TestNeededIPs(t *testing.T) {
 		avail, used, pre, min, max int
 		want                       int
 	}{
-		// DESIGN.md appendix vectors.
+		// From Cilium's TestCalculateNeededIPs (pkg/ipam/node_test.go).
 		{8, 4, 8, 8, 6, 0},
 		{4, 4, 8, 0, 8, 4},
 		// Plain pre-allocation.
@@ -56,8 +56,9 @@ func TestExcessIPs(t *testing.T) {
 	}
 }
 
-// designNeeded is the formula as DESIGN.md's appendix writes it.
-func designNeeded(avail, used, pre, min, max int) int {
+// codeFormNeeded is the formula as Cilium's code writes it (pkg/ipam/node.go,
+// calculateNeededIPs): min-allocate only when set, max-allocate and zero as explicit clamps.
+func codeFormNeeded(avail, used, pre, min, max int) int {
 	needed := pre - (avail - used)
 	if min > 0 && min-avail > needed {
 		needed = min - avail
@@ -71,17 +72,17 @@ func designNeeded(avail, used, pre, min, max int) int {
 	return needed
 }
 
-// TestNeededMatchesDesignForm checks, exhaustively over small values, that the seed's form
-// (implemented) and DESIGN.md's form of the formula agree.
-func TestNeededMatchesDesignForm(t *testing.T) {
+// TestNeededMatchesCodeForm checks, exhaustively over small values, that the form of Cilium's
+// ENI documentation (implemented) and the form of Cilium's code agree.
+func TestNeededMatchesCodeForm(t *testing.T) {
 	for avail := 0; avail <= 24; avail++ {
 		for used := 0; used <= avail; used++ {
 			for pre := 0; pre <= 10; pre += 2 {
 				for mn := 0; mn <= 20; mn += 5 {
 					for mx := 0; mx <= 24; mx += 3 {
 						p := Params{PreAllocate: pre, MinAllocate: mn, MaxAllocate: mx}
-						if got, want := NeededIPs(avail, used, p), designNeeded(avail, used, pre, mn, mx); got != want {
-							t.Fatalf("avail=%d used=%d %+v: seed form %d, design form %d", avail, used, p, got, want)
+						if got, want := NeededIPs(avail, used, p), codeFormNeeded(avail, used, pre, mn, mx); got != want {
+							t.Fatalf("avail=%d used=%d %+v: documented form %d, code form %d", avail, used, p, got, want)
 						}
 					}
 				}

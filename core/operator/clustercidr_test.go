@@ -72,10 +72,10 @@ func (h *harness) waitNodeCondition(name string, status corev1.ConditionStatus, 
 	})
 }
 
-// TestClusterCIDRConfig drives seed 004 through real objects: a node no config matches waits
-// (condition, Event) and is served when a matching config appears; the five tie-break rules;
-// the next best config when the best is full; dual stack; a deleted node's block is reused by
-// a waiting node.
+// TestClusterCIDRConfig drives the ClusterCIDRConfig allocator through real objects: a node no
+// config matches waits (condition, Event) and is served when a matching config appears; the
+// five tie-break rules; the next best config when the best is full; dual stack; a deleted
+// node's block is reused by a waiting node.
 func TestClusterCIDRConfig(t *testing.T) {
 	h := newHarness(t)
 	r := h.run("op-a", func(o *operator.Options) { o.ClusterCIDRConfig = true; o.DisableMultiPool = true })

@@ -8,9 +8,10 @@
 //     pool is refused: an admission policy (deploy/crds) refuses it at apply time from
 //     status.inUseCIDRs, the finalizer allot.io/pool-in-use holds a deletion, and the
 //     operator never stops treating an in-use CIDR as taken (condition CIDRRemovalRefused).
-//   - ClusterCIDRConfig (seed 004): each Node gets Node.spec.podCIDR(s) from the config a
-//     pool policy (node-labels by default) picks; a node no config serves gets the Node
-//     condition AllotPodCIDRAssigned=False and an Event, and is served when a config appears.
+//   - ClusterCIDRConfig (Google Distributed Cloud's, after KEP-2593): each Node gets
+//     Node.spec.podCIDR(s) from the config a pool policy (node-labels by default) picks; a node
+//     no config serves gets the Node condition AllotPodCIDRAssigned=False and an Event, and is
+//     served when a config appears.
 //
 // A block is never handed out twice: on becoming leader the operator lists every AllotNode and
 // Node from the API server (not a cache) and rebuilds its state before handing anything out;

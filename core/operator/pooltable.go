@@ -46,9 +46,10 @@ func parsePrefix(s string) (netip.Prefix, error) {
 	return p, nil
 }
 
-// buildPoolTable reads every pool. Pools must not overlap (seed 000): a CIDR that overlaps a
-// CIDR claimed by an older pool (creation time, then name) is not used, and the pool's
-// CIDROverlap condition says so.
+// buildPoolTable reads every pool. Pools must not overlap (a pod address must be unique in the
+// cluster; Cilium's multi-pool IPAM does not support overlapping pools either): a CIDR that
+// overlaps a CIDR claimed by an older pool (creation time, then name) is not used, and the
+// pool's CIDROverlap condition says so.
 func buildPoolTable(pools []allotv1.IPPool) map[string]*poolEntry {
 	idx := make([]int, len(pools))
 	for i := range idx {

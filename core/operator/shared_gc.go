@@ -21,7 +21,8 @@ import (
 
 // The shared-pool garbage collector frees AddressClaims and AllotEndpoints whose holder is
 // gone. It runs on the leader only. Freeing an address some pod still uses hands it out twice
-// (Whereabouts #176, Spiderpool #2442 freed a live StatefulSet pod's address), so every
+// (it happened in Whereabouts, k8snetworkplumbingwg/whereabouts#176, and in Spiderpool,
+// spidernet-io/spiderpool#2526: a live StatefulSet pod's address was freed), so every
 // decision is conservative and checked three times:
 //
 //  1. a scan of the informer caches marks an object stale, with a reason;

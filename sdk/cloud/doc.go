@@ -7,7 +7,8 @@
 // the resync queue ordered by deficit, which interface to fill or create, which subnet to
 // use, and the release handshake that keeps an address on its node while a pod may hold it.
 // That split keeps backends small and testable, lets one operator drive AWS ENI, a static
-// list or anything else, and puts every rule the seeds describe in one place.
+// list or anything else, and puts every rule of Cilium's ENI IPAM that allot follows in one
+// place.
 //
 // # Model
 //

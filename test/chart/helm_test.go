@@ -210,7 +210,7 @@ func exampleCases(t testing.TB) []valuesCase {
 		cases = append(cases, valuesCase{name: strings.TrimSuffix(filepath.Base(f), ".yaml"), file: filepath.Base(f)})
 	}
 	if len(cases) < 6 {
-		t.Fatalf("expected the five examples of the brief in examples/, found %d files", len(files))
+		t.Fatalf("expected the five examples (one per mode, and ebpf) in examples/, found %d files", len(files))
 	}
 	return cases
 }

@@ -16,8 +16,8 @@ import (
 
 // Pool blocks for allotd's YAML config.
 const (
-	// defaultPools is the dual-stack pair of the brief, plus a five-address pool that only a
-	// network naming it uses (exhaustion tests).
+	// defaultPools is a dual-stack pair (one pool per family, like conf/allotd.yaml), plus a
+	// five-address pool that only a network naming it uses (exhaustion tests).
 	defaultPools = `
   - {name: default-v4, cidrs: ["10.99.0.0/24"], gateway: 10.99.0.1, exclude: ["10.99.0.2-10.99.0.9"], routes: [{dst: 0.0.0.0/0}], default: true}
   - {name: default-v6, cidrs: ["fd00:99::/64"], gateway: "fd00:99::1", routes: [{dst: "::/0"}], default: true}

@@ -42,9 +42,9 @@ func buildExample(t *testing.T, dir string, wasm bool) (string, string) {
 	return out, hex.EncodeToString(sum[:])
 }
 
-// TestExamplePluginsLoadedFromConfig is issue 3's end-to-end: allotd loads a WASM pool
-// policy, a go-plugin process pool policy and a go-plugin cloud backend from its config file,
-// reports them in allotctl plugins, and pod addresses flow through each of them.
+// TestExamplePluginsLoadedFromConfig is the plugin hosts' end-to-end test: allotd loads a WASM
+// pool policy, a go-plugin process pool policy and a go-plugin cloud backend from its config
+// file, reports them in allotctl plugins, and pod addresses flow through each of them.
 func TestExamplePluginsLoadedFromConfig(t *testing.T) {
 	needDaemon(t)
 	wasmPath, wasmSum := buildExample(t, "wasm-label-policy", true)

@@ -1,9 +1,10 @@
 package k8se2e
 
-// Seed 003's pool selection, end to end: real Pod and Namespace objects on a real API
-// server, SharedIPPools and ReservedIPs as an operator writes them, two agents, and the
-// real allot-cni exec'd against an agent's socket. Every candidate source, every filter and
-// the affinity ordering (with the seed's three examples) is exercised through a CNI ADD.
+// Spiderpool's pool selection (the spiderpool-priority policy), end to end: real Pod and
+// Namespace objects on a real API server, SharedIPPools and ReservedIPs as an operator writes
+// them, two agents, and the real allot-cni exec'd against an agent's socket. Every candidate
+// source, every filter and the affinity ordering (with the three examples of Spiderpool's
+// documentation) is exercised through a CNI ADD.
 
 import (
 	"context"
@@ -85,7 +86,7 @@ func TestSharedSelection(t *testing.T) {
 		v4pool("f-exhausted", 20, 1, allotv1.PoolSelection{}),
 		v4pool("f-terminating", 21, 5, allotv1.PoolSelection{}),
 
-		// The seed's three ordering examples: A ranks above B in each.
+		// Spiderpool's three documented ordering examples: A ranks above B in each.
 		v4pool("o1-a", 40, 5, allotv1.PoolSelection{PodAffinity: labels("app", "web"), NodeName: []string{"node-1"}}),
 		v4pool("o1-b", 41, 5, allotv1.PoolSelection{PodAffinity: labels("app", "web")}),
 		v4pool("o2-a", 42, 5, allotv1.PoolSelection{PodAffinity: labels("app", "web")}),
@@ -219,7 +220,7 @@ func TestSharedSelection(t *testing.T) {
 
 	t.Run("CNI config default pools tried in order, node affinity decides", func(t *testing.T) {
 		se := se.with(t)
-		// Seed: each replica tries the array in order; a node outside the first pool's node
+		// Spiderpool's rule: each replica tries the array in order; a node outside the first pool's node
 		// affinity gets the next one.
 		p1 := newPod("plain", n1, nil, nil)
 		p2 := newPod("plain", n2, nil, nil)
@@ -344,7 +345,7 @@ func TestSharedSelection(t *testing.T) {
 
 	// --- Ordering by affinity kind. ---
 
-	t.Run("ordering: the seed's three examples", func(t *testing.T) {
+	t.Run("ordering: Spiderpool's three examples", func(t *testing.T) {
 		se := se.with(t)
 		web := map[string]string{"app": "web"}
 		multus := map[string]string{annoMultusDefault: "kube-system/underlay"}

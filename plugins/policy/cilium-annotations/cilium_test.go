@@ -28,7 +28,7 @@ func names(cs []policy.Candidate) []string {
 	return out
 }
 
-// Seed 000, "Architecture": rules 1-3 in order.
+// Cilium's multi-pool documentation, "Architecture": rules 1-3 in order.
 func TestCiliumRules(t *testing.T) {
 	const key = DefaultAnnotation
 	tests := []struct {

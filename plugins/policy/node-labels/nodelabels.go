@@ -1,6 +1,7 @@
 // Package nodelabels chooses the ClusterCIDRConfig a node's pod CIDR block comes from, by
 // node labels, with the five tie-break rules of Google Distributed Cloud's ClusterCIDRConfig
-// (seed 004), and the next best config when the best has no free block.
+// ("ClusterCIDRConfig assignment rules"), and the next best config when the best has no free
+// block.
 package nodelabels
 
 import (
@@ -59,10 +60,10 @@ func FromConfig(cfg map[string]any) (policy.PoolPolicy, error) {
 	return New(), nil
 }
 
-// ValidateConfig checks one config as seed 004 requires: a valid node selector, at least one
-// family, each CIDR of its family with 0 < perNodeMaskSize-bits, the per-node mask inside the
-// CIDR and the address length, and for dual stack an equal number of addresses per node in
-// both families (32 - IPv4.PerNodeMaskSize == 128 - IPv6.PerNodeMaskSize). Errors name the field.
+// ValidateConfig checks one config: a valid node selector, at least one family, each CIDR of
+// its family with 0 < perNodeMaskSize-bits, the per-node mask inside the CIDR and the address
+// length, and for dual stack an equal number of addresses per node in both families (32 -
+// IPv4.PerNodeMaskSize == 128 - IPv6.PerNodeMaskSize). Errors name the field.
 func ValidateConfig(c *policy.CIDRConfigView) error {
 	if c.Name == "" {
 		return errors.New("name: must not be empty")
@@ -123,10 +124,11 @@ type ranked struct {
 	cidr netip.Prefix
 }
 
-// SelectNodeCIDRConfig implements policy.PoolPolicy (seed 004, "ClusterCIDRConfig
-// assignment rules"): every config whose node selector matches the node, best first by the
-// five tie-break rules in order, ties after all five broken by name. Configs with no free
-// block are left out ("the next best CIDR is chosen"). Invalid configs never match.
+// SelectNodeCIDRConfig implements policy.PoolPolicy (Google Distributed Cloud's
+// "ClusterCIDRConfig assignment rules"): every config whose node selector matches the node,
+// best first by the five tie-break rules in order, ties after all five broken by name. Configs
+// with no free block are left out ("the next best CIDR is chosen"). Invalid configs never
+// match.
 func (p *Policy) SelectNodeCIDRConfig(_ context.Context, req *policy.NodeRequest) (policy.NodeDecision, error) {
 	var buf [32]ranked
 	rs := buf[:0]
@@ -226,8 +228,8 @@ func matchCount(s *policy.LabelSelector) int {
 	return n
 }
 
-// compare orders two matching configs by seed 004's rules, in order; each rule is consulted
-// only when all earlier ones tie.
+// compare orders two matching configs by the five assignment rules, in order; each rule is
+// consulted only when all earlier ones tie.
 func compare(a, b *ranked) int {
 	// Rule 1: most matching labels first.
 	if c := cmp.Compare(b.matches, a.matches); c != 0 {
@@ -243,13 +245,13 @@ func compare(a, b *ranked) int {
 	}
 	// Rule 4: lower label value first. The selector's requirements rendered as `key=value`
 	// (Kubernetes selector syntax), sorted, compared element by element as byte strings. This
-	// is what makes the seed's example hold: `kubernetes.io/hostname=node-1` sorts before
+	// is what makes the documented example hold: `kubernetes.io/hostname=node-1` sorts before
 	// `node.kubernetes.io/instance-type=medium` (comparing values alone would not).
 	if c := slices.Compare(a.labelKey(), b.labelKey()); c != 0 {
 		return c
 	}
 	// Rule 5: lower CIDR first, by numeric address (10.9.0.0 < 10.10.0.0), then shorter
-	// prefix. Only IPv4 CIDRs are compared when present, as the seed says; IPv4 sorts before
+	// prefix. Only IPv4 CIDRs are compared when present, as the rule says; IPv4 sorts before
 	// IPv6, so an IPv6-only config comes after any config with IPv4.
 	if c := a.cidr.Addr().Compare(b.cidr.Addr()); c != 0 {
 		return c
@@ -257,7 +259,8 @@ func compare(a, b *ranked) int {
 	if c := cmp.Compare(a.cidr.Bits(), b.cidr.Bits()); c != 0 {
 		return c
 	}
-	// Not a seed rule: names are unique, so the order is total and never depends on input order.
+	// Not one of the five rules: names are unique, so the order is total and never depends on
+	// input order.
 	return strings.Compare(a.cfg.Name, b.cfg.Name)
 }
 

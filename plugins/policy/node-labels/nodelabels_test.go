@@ -42,7 +42,7 @@ func TestTieBreakRules(t *testing.T) {
 		configs []policy.CIDRConfigView
 		want    []string
 	}{
-		{"rule 1: most matching labels (seed example: instance-type+rack before instance-type)",
+		{"rule 1: most matching labels (documented example: instance-type+rack before instance-type)",
 			[]policy.CIDRConfigView{
 				cfg("a-one", it, v4spec("10.0.0.0/16", 24), nil),
 				cfg("b-two", map[string]string{"node.kubernetes.io/instance-type": "medium", "rack": "rack1"}, v4spec("10.1.0.0/16", 24), nil),
@@ -52,7 +52,7 @@ func TestTieBreakRules(t *testing.T) {
 				cfg("a", it, v4spec("10.0.0.0/24", 24), nil), // 1 block
 				cfg("b", map[string]string{"zone": "z1", "rack": "rack1"}, v4spec("10.1.0.0/16", 24), nil),
 			}, []string{"b", "a"}},
-		{"rule 2: fewest allocatable pod CIDRs (seed example: /16 mask 16 = 1 before 4)",
+		{"rule 2: fewest allocatable pod CIDRs (documented example: /16 mask 16 = 1 before 4)",
 			[]policy.CIDRConfigView{
 				cfg("a-four", it, v4spec("10.0.0.0/14", 16), nil),
 				cfg("b-one", it, v4spec("10.8.0.0/16", 16), nil),
@@ -62,7 +62,7 @@ func TestTieBreakRules(t *testing.T) {
 				cfg("a", it, v4spec("10.0.0.0/16", 26), nil), // 1024 blocks of 64
 				cfg("b", it, v4spec("10.1.0.0/16", 20), nil), // 16 blocks of 4096
 			}, []string{"b", "a"}},
-		{"rule 3: fewest addresses per node block (seed example: 27 before 25)",
+		{"rule 3: fewest addresses per node block (documented example: 27 before 25)",
 			[]policy.CIDRConfigView{
 				cfg("a-25", it, v4spec("10.0.0.0/22", 25), nil), // 8 blocks of 128
 				cfg("b-27", it, v4spec("10.1.0.0/24", 27), nil), // 8 blocks of 32
@@ -72,7 +72,7 @@ func TestTieBreakRules(t *testing.T) {
 				cfg("a", map[string]string{"kubernetes.io/hostname": "node-1"}, v4spec("10.0.0.0/22", 25), nil),
 				cfg("b", it, v4spec("10.1.0.0/24", 27), nil),
 			}, []string{"b", "a"}},
-		{"rule 4: lower label (seed example: kubernetes.io/hostname=node-1 before instance-type=medium)",
+		{"rule 4: lower label (documented example: kubernetes.io/hostname=node-1 before instance-type=medium)",
 			[]policy.CIDRConfigView{
 				cfg("a-it", it, v4spec("10.0.0.0/16", 24), nil),
 				cfg("b-host", map[string]string{"kubernetes.io/hostname": "node-1"}, v4spec("10.1.0.0/16", 24), nil),
@@ -150,9 +150,10 @@ func withV4(c policy.CIDRConfigView, cidr string, mask int) policy.CIDRConfigVie
 	return c
 }
 
-// Seed 004: "If the best match ClusterCIDRConfig does not have more CIDRs available for
-// allocation, the next best CIDR is chosen"; "If no matching ClusterCIDRConfig is found for a
-// node, the node remains in a NotReady state" — two distinct NoFit answers.
+// Google Distributed Cloud's ClusterCIDRConfig reference: "If the best match ClusterCIDRConfig
+// does not have more CIDRs available for allocation, the next best CIDR is chosen"; "If no
+// matching ClusterCIDRConfig is found for a node, the node remains in a NotReady state" — two
+// distinct NoFit answers.
 func TestFullAndNoMatch(t *testing.T) {
 	best := cfg("best", map[string]string{"rack": "rack1", "zone": "z1"}, v4spec("10.0.0.0/16", 24), nil)
 	next := cfg("next", map[string]string{"rack": "rack1"}, v4spec("10.1.0.0/16", 24), nil)

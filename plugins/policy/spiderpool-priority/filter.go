@@ -29,8 +29,8 @@ const (
 	fExhausted
 )
 
-// filterPool applies seed 003's filters in the seed's order and returns the first that
-// removes the pool.
+// filterPool applies Spiderpool's candidate pool filters in Spiderpool's order and returns the
+// first that removes the pool.
 func filterPool(req *policy.PodRequest, pv *policy.PoolView, fam policy.Family) filterCode {
 	switch {
 	case pv.Terminating:
@@ -141,10 +141,10 @@ func selectorReason(field string, sel *policy.LabelSelector, subject string) str
 	return fmt.Sprintf("%s {%s} does not match %s", field, sel.String(), subject)
 }
 
-// Affinity rank bits (seed 003, 候选池排序): podAffinity highest; then nodeName, then
-// nodeAffinity; then namespaceName, then namespaceAffinity; multusName lowest. Comparing the
-// sums compares the presence flags lexicographically in that order, which is exactly the
-// seed's rule and its three examples (and Spiderpool's ByPoolPriority).
+// Affinity rank bits (Spiderpool's candidate pool sorting): podAffinity highest; then nodeName,
+// then nodeAffinity; then namespaceName, then namespaceAffinity; multusName lowest. Comparing
+// the sums compares the presence flags lexicographically in that order, which is exactly
+// Spiderpool's documented rule and its three examples (and Spiderpool's ByPoolPriority).
 const (
 	rankPodAffinity       = 1 << 5
 	rankNodeName          = 1 << 4

@@ -96,9 +96,9 @@ func (p *Policy) SelectPodPools(_ context.Context, req *policy.PodRequest) (poli
 	return d, nil
 }
 
-// pickSource applies the five sources in strict priority (seed 003, 获取候选池): the first that
-// applies overrides all later ones. A malformed source is NoFit, not a fall-through: the user
-// asked for something and must learn it is broken.
+// pickSource applies the five sources in strict priority (Spiderpool's candidate pool
+// acquisition): the first that applies overrides all later ones. A malformed source is NoFit,
+// not a fall-through: the user asked for something and must learn it is broken.
 func (p *Policy) pickSource(req *policy.PodRequest) (source, *policy.PodDecision) {
 	ifName := req.CNI.IfName
 	ann := req.Pod.Annotations
@@ -317,7 +317,7 @@ func resolve(req *policy.PodRequest, src *source, fam policy.Family, names []str
 		}
 	}
 
-	// Filter (seed 003, 过滤候选池), then rank survivors (候选池排序).
+	// Filter (Spiderpool's candidate pool filtering), then rank the survivors (its sorting).
 	kept := 0
 	for i := range cs {
 		pv := &req.Pools[cs[i].idx]

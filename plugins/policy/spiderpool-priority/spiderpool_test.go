@@ -113,7 +113,8 @@ func check(t *testing.T, req *policy.PodRequest, w want) {
 	}
 }
 
-// Seed 003, 获取候选池: the five sources in strict priority; an earlier one overrides later ones.
+// Spiderpool's candidate pool acquisition: the five sources in strict priority; an earlier one
+// overrides later ones.
 func TestCandidateSources(t *testing.T) {
 	base := []policy.PoolView{
 		v4("cluster-v4", isDefault), v6("cluster-v6", isDefault),
@@ -236,7 +237,8 @@ func TestSourceErrors(t *testing.T) {
 	}
 }
 
-// Seed 003, 过滤候选池: every filter removes the pool and says which filter did it.
+// Spiderpool's candidate pool filtering: every filter removes the pool and says which filter
+// did it.
 func TestFilters(t *testing.T) {
 	tests := []struct {
 		name   string
@@ -299,7 +301,7 @@ func TestFiltersCombined(t *testing.T) {
 		want{code: policy.NoFit, reason: []string{`no usable IPv6 pool`, `pool "e": disabled`}})
 }
 
-// Seed 003, 候选池排序: podAffinity > nodeName > nodeAffinity > namespaceName >
+// Spiderpool's candidate pool sorting: podAffinity > nodeName > nodeAffinity > namespaceName >
 // namespaceAffinity > multusName; ties keep the source's order.
 func TestOrdering(t *testing.T) {
 	tests := []struct {
@@ -308,13 +310,13 @@ func TestOrdering(t *testing.T) {
 		order []string // source order (CNI defaults)
 		want  []string
 	}{
-		{"seed example 1: podAffinity+nodeName before podAffinity alone",
+		{"Spiderpool example 1: podAffinity+nodeName before podAffinity alone",
 			[]policy.PoolView{v4("A", podAff("app", "web"), nodeName("n1")), v4("B", podAff("app", "web"))},
 			[]string{"B", "A"}, []string{"A", "B"}},
-		{"seed example 2: podAffinity alone before nodeName+namespaceName",
+		{"Spiderpool example 2: podAffinity alone before nodeName+namespaceName",
 			[]policy.PoolView{v4("A", podAff("app", "web")), v4("B", nodeName("n1"), nsName("team-a"))},
 			[]string{"B", "A"}, []string{"A", "B"}},
-		{"seed example 3: podAffinity+nodeName before podAffinity+namespaceName+multusName",
+		{"Spiderpool example 3: podAffinity+nodeName before podAffinity+namespaceName+multusName",
 			[]policy.PoolView{v4("A", podAff("app", "web"), nodeName("n1")), v4("B", podAff("app", "web"), nsName("team-a"), multus("m"))},
 			[]string{"B", "A"}, []string{"A", "B"}},
 		{"nodeName before nodeAffinity",

@@ -5,10 +5,10 @@ import (
 )
 
 // ClusterCIDRConfig gives nodes whose labels match spec.nodeSelector their pod CIDRs
-// (Node.spec.podCIDRs) from spec.ipv4/ipv6.cidr in blocks of perNodeMaskSize (seed 004). When
-// several configs match a node the node-labels policy picks the best by five tie-break rules,
-// and the next best when the best is full. Configs may overlap; a block handed out of one is
-// used in all. The spec is immutable.
+// (Node.spec.podCIDRs) from spec.ipv4/ipv6.cidr in blocks of perNodeMaskSize (Google
+// Distributed Cloud's ClusterCIDRConfig). When several configs match a node the node-labels
+// policy picks the best by five tie-break rules, and the next best when the best is full.
+// Configs may overlap; a block handed out of one is used in all. The spec is immutable.
 //
 // +genclient
 // +genclient:nonNamespaced
