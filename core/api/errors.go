@@ -16,7 +16,9 @@ const (
 	CodeExhausted ErrorCode = "exhausted"
 	// CodeConflict: a requested specific address is held by another owner.
 	CodeConflict ErrorCode = "conflict"
-	// CodeNotFound: the owner holds nothing (CHECK) or a named pool does not exist.
+	// CodeNotFound: the owner holds nothing (CHECK), or something an ADD depends on is gone:
+	// the pod in the API server (agent mode), or the family in the pool the policy chose. A
+	// pool named in the CNI config that does not exist is CodeNoPool (the policy's NoFit).
 	CodeNotFound ErrorCode = "not_found"
 	// CodeNoPool: the pool policy found no pool for this request.
 	CodeNoPool ErrorCode = "no_pool"

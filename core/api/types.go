@@ -149,7 +149,8 @@ type CheckRequest struct {
 	Pod     PodRef `json:"pod,omitempty"`
 }
 
-// GCRequest is a CNI GC: every allocation of Network whose owner is not in Valid is freed.
+// GCRequest is a CNI GC: every allocation of Network whose owner is not in Valid is freed,
+// except those made after the GC began (their owners may be newer than the runtime's list).
 type GCRequest struct {
 	Network string  `json:"network"`
 	Valid   []Owner `json:"valid"`
@@ -176,8 +177,8 @@ type PoolStatus struct {
 
 // Status is the daemon's overall state, for CNI STATUS and allotctl status.
 type Status struct {
-	// Ready is true when the daemon can serve ADD: store open and at least one pool with a
-	// free address.
+	// Ready is true when the daemon can serve ADD: a pool has a free address, or (agent mode,
+	// dynamic pools) blocks are requested from the operator on demand, so an ADD waits for one.
 	Ready   bool         `json:"ready"`
 	Message string       `json:"message,omitempty"`
 	Version string       `json:"version"`
@@ -200,8 +201,10 @@ type PluginStatus struct {
 	LastError string `json:"lastError,omitempty"`
 }
 
-// Service is what the local API serves; core/ipam implements it. Errors should be *Error
-// (anything else is answered as CodeInternal).
+// Service is what the local API serves: core/ipam implements it for the node's pools, and in
+// agent mode with shared pools core/daemon puts a router in front that sends shared-pool
+// networks to core/sharedpool. Errors should be *Error (anything else is answered as
+// CodeInternal).
 type Service interface {
 	Allocate(ctx context.Context, req *AllocateRequest) (*Allocation, error)
 	Release(ctx context.Context, req *ReleaseRequest) error
