@@ -1,6 +1,6 @@
 module github.com/allot-ipam/allot/sdk
 
-go 1.26.0
+go 1.26.6
 
 require (
 	github.com/hashicorp/go-hclog v1.6.3

@@ -1,6 +1,6 @@
 module github.com/allot-ipam/allot/plugin-examples/wasm-label-policy
 
-go 1.26.0
+go 1.26.6
 
 require github.com/allot-ipam/allot/sdk v0.0.0
 
