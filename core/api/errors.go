@@ -27,6 +27,9 @@ const (
 	CodeUnavailable ErrorCode = "unavailable"
 	// CodeInternal: a bug or an unexpected failure.
 	CodeInternal ErrorCode = "internal"
+	// CodePermissionDenied: the caller may not use the API: its uid is not root (or allotd's
+	// own) and it is not in the socket's group (socketGroup). The connection is closed.
+	CodePermissionDenied ErrorCode = "permission_denied"
 )
 
 // Error is the body of every non-2xx answer and the error type the client returns.

@@ -22,6 +22,8 @@ const (
 	ErrConflict      uint = 102
 	ErrNoPool        uint = 103
 	ErrCheckMismatch uint = 104
+	// ErrPermissionDenied: allotd refused the caller (not root, not in socketGroup).
+	ErrPermissionDenied uint = 105
 )
 
 // Daemon is the part of allotd's API the plugin calls. NewDaemon's implementation is used
@@ -262,6 +264,9 @@ func (c *call) daemonError(cmd string, err error) error {
 		return types.NewError(ErrNoPool, ae.Error(), details)
 	case api.CodeUnavailable:
 		return types.NewError(types.ErrTryAgainLater, "allotd cannot serve now: "+ae.Error(), details)
+	case api.CodePermissionDenied:
+		// The message reads "allotd: permission denied: uid ... is not root ...".
+		return types.NewError(ErrPermissionDenied, ae.Error(), details)
 	case api.CodeNotFound:
 		if cmd == "CHECK" {
 			return types.NewError(types.ErrUnknownContainer, ae.Error(), details)

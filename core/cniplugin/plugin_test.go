@@ -453,3 +453,15 @@ func TestResultFromBadAnswers(t *testing.T) {
 		})
 	}
 }
+
+// TestPermissionDenied: allotd's refusal of the caller keeps its message (which already
+// names allotd) and gets a code of its own, not "unexpected failure".
+func TestPermissionDenied(t *testing.T) {
+	c := &call{conf: &Config{}}
+	const msg = "allotd: permission denied: uid 1000 is not root or in group allot"
+	err := c.daemonError("ADD", api.Errorf(api.CodePermissionDenied, msg))
+	wantCNIError(t, err, ErrPermissionDenied, msg)
+	if e := err.(*types.Error); e.Msg != msg {
+		t.Fatalf("msg = %q, want %q", e.Msg, msg)
+	}
+}

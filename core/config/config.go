@@ -15,12 +15,15 @@ type Config struct {
 	// "agent" (one per node in a cluster) or "operator" (hands blocks to nodes; one leader).
 	Mode string `koanf:"mode"`
 	// Socket is the unix socket of the local API (allot-cni, allotctl).
-	Socket string      `koanf:"socket"`
-	Store  StoreConfig `koanf:"store"`
-	HTTP   HTTPConfig  `koanf:"http"`
-	Log    LogConfig   `koanf:"log"`
-	Pools  []Pool      `koanf:"pools"`
-	Policy Policy      `koanf:"policy"`
+	Socket string `koanf:"socket"`
+	// SocketGroup, a group name or a numeric gid, lets that group's members use the local
+	// API besides root: the socket file gets this group and mode 0660 (else 0600).
+	SocketGroup string      `koanf:"socketGroup"`
+	Store       StoreConfig `koanf:"store"`
+	HTTP        HTTPConfig  `koanf:"http"`
+	Log         LogConfig   `koanf:"log"`
+	Pools       []Pool      `koanf:"pools"`
+	Policy      Policy      `koanf:"policy"`
 	// Plugins are third-party plugins (process or WASM) that policy chains can name.
 	Plugins []Plugin `koanf:"plugins"`
 	// Datapath configures masquerading of pod traffic (datapath.go).

@@ -85,6 +85,8 @@ func TestValidationNamesTheField(t *testing.T) {
 		{"route family", "pools: [{name: a, cidrs: [10.0.0.0/24], routes: [{dst: '::/0'}]}]", "pools[0].routes[0].dst"},
 		{"metrics not loopback", minimal + "http: {address: '0.0.0.0:9464'}", "http.address: 0.0.0.0:9464 is not a loopback address"},
 		{"relative socket", minimal + "socket: run/x.sock", "socket: \"run/x.sock\" must be an absolute path"},
+		{"socket group", minimal + "socketGroup: 'al lot'", "socketGroup: \"al lot\" is neither a group name nor a numeric gid"},
+		{"socket gid -1", minimal + "socketGroup: 4294967295", "socketGroup: 4294967295 is not a valid gid"},
 		{"log level", minimal + "log: {level: loud}", "log.level"},
 		{"unknown key", minimal + "sockett: /x", "sockett"},
 		{"mode", minimal + "mode: cluster", "mode: \"cluster\" is not supported (supported: standalone, agent, operator)"},
@@ -104,6 +106,33 @@ func TestValidationNamesTheField(t *testing.T) {
 				t.Fatalf("error does not say %q:\n%v", c.want, err)
 			}
 		})
+	}
+}
+
+// TestSocketGroup: socketGroup is a name (resolved on the machine at start) or a gid (taken
+// as it is, named if the machine knows it), from the file or ALLOT_SOCKET_GROUP.
+func TestSocketGroup(t *testing.T) {
+	c, err := load(writeFile(t, minimal+"socketGroup: 0\n"), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g, err := c.ResolveSocketGroup(); err != nil || g == nil || g.GID != 0 || g.Name != "root" {
+		t.Errorf("gid 0: %+v %v", g, err)
+	}
+	c, err = load(writeFile(t, minimal), []string{"ALLOT_SOCKET_GROUP=root"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g, err := c.ResolveSocketGroup(); err != nil || g == nil || g.GID != 0 {
+		t.Errorf("group root: %+v %v", g, err)
+	}
+	c.SocketGroup = "no-such-group-here"
+	if _, err := c.ResolveSocketGroup(); err == nil || !strings.Contains(err.Error(), `socketGroup: group "no-such-group-here" does not exist`) {
+		t.Errorf("unknown group: %v", err)
+	}
+	c.SocketGroup = ""
+	if g, err := c.ResolveSocketGroup(); g != nil || err != nil {
+		t.Errorf("unset: %+v %v", g, err)
 	}
 }
 

@@ -22,6 +22,7 @@ const EnvPrefix = "ALLOT_"
 // flagKeys maps command-line flags to configuration keys.
 var flagKeys = map[string]string{
 	"socket":       "socket",
+	"socket-group": "socketGroup",
 	"store-path":   "store.path",
 	"http-address": "http.address",
 	"log-level":    "log.level",
@@ -34,6 +35,7 @@ var flagKeys = map[string]string{
 var envKeys = map[string]string{
 	"MODE":         "mode",
 	"SOCKET":       "socket",
+	"SOCKET_GROUP": "socketGroup",
 	"STORE_PATH":   "store.path",
 	"STORE_NOSYNC": "store.noSync",
 	"HTTP_ADDRESS": "http.address",
@@ -49,6 +51,7 @@ var otherEnv = map[string]bool{"CONFIG": true, "CACHE": true, "CNI_BIN_DIR": tru
 func RegisterFlags(fs *pflag.FlagSet) {
 	d := Defaults()
 	fs.String("socket", d.Socket, "unix socket of the local API")
+	fs.String("socket-group", d.SocketGroup, "group (name or gid) whose members may use the local API besides root")
 	fs.String("store-path", d.Store.Path, "path of the embedded store file")
 	fs.String("http-address", d.HTTP.Address, "address of /healthz, /readyz and /metrics (empty disables)")
 	fs.String("log-level", d.Log.Level, "log level: debug, info, warn, error")

@@ -32,6 +32,9 @@ func (c *Config) Validate() error {
 	} else if !strings.HasPrefix(c.Socket, "/") {
 		add("socket", "%q must be an absolute path", c.Socket)
 	}
+	if err := c.validateSocketGroup(); err != nil {
+		errs = append(errs, err)
+	}
 	if c.Store.Path == "" {
 		add("store.path", "must not be empty")
 	}

@@ -155,7 +155,7 @@ func NewAgent(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Age
 	}
 	why := "agent: waiting for the node's AllotNode (informer caches, first sync)"
 	d.starting.Store(&why)
-	if d.apiLn, err = server.Listen(cfg.Socket); err != nil {
+	if d.apiLn, err = listenAPI(cfg, log); err != nil {
 		return nil, err
 	}
 	d.apiSrv = server.New(serviceFor(cfg, d.manager, ag), log.With("component", "api"))

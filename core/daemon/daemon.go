@@ -102,11 +102,24 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Daemon, 
 	if d.datapath, err = d.startDatapath(ctx, pools); err != nil {
 		return nil, err
 	}
-	if d.apiLn, err = server.Listen(cfg.Socket); err != nil {
+	if d.apiLn, err = listenAPI(cfg, log); err != nil {
 		return nil, err
 	}
 	d.apiSrv = server.New(d.manager, log.With("component", "api"))
 	return d, nil
+}
+
+// listenAPI opens the local API's socket for root and, with socketGroup, that group.
+func listenAPI(cfg *config.Config, log *slog.Logger) (net.Listener, error) {
+	a := server.Access{Log: log.With("component", "api")}
+	sg, err := cfg.ResolveSocketGroup()
+	if err != nil {
+		return nil, err
+	}
+	if sg != nil {
+		a.Group = &server.Group{ID: sg.GID, Name: sg.Name}
+	}
+	return server.ListenAccess(cfg.Socket, a)
 }
 
 // What close does with the datapath.

@@ -101,8 +101,16 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 // Listen opens the unix socket at path with mode 0600, replacing a stale socket file left
-// by a previous run. It refuses to replace a socket another live daemon is serving.
-func Listen(path string) (net.Listener, error) {
+// by a previous run, and admits only root and allotd's own user (ListenAccess). It refuses to
+// replace a socket another live daemon is serving.
+func Listen(path string) (net.Listener, error) { return ListenAccess(path, Access{}) }
+
+// ListenAccess is Listen with the access a.Group grants: with a group, the socket file
+// belongs to it and has mode 0660, and the group's members are admitted besides root.
+// Every accepted connection's peer credentials are checked (PeerListener); the file mode
+// alone is not trusted, as a process with CAP_DAC_OVERRIDE or a socket file whose mode was
+// changed would get past it.
+func ListenAccess(path string, a Access) (net.Listener, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, fmt.Errorf("api: create socket directory: %w", err)
 	}
@@ -123,11 +131,21 @@ func Listen(path string) (net.Listener, error) {
 	if err != nil {
 		return nil, fmt.Errorf("api: listen on %s: %w", path, err)
 	}
-	if err := os.Chmod(path, 0o600); err != nil {
+	mode := os.FileMode(0o600)
+	if a.Group != nil {
+		// The group first, then the mode: in between the socket is still 0600, never open
+		// to a group it does not belong to yet.
+		if err := os.Lchown(path, -1, int(a.Group.ID)); err != nil {
+			l.Close()
+			return nil, fmt.Errorf("api: socketGroup: give %s to group %s: %w", path, a.Group, err)
+		}
+		mode = 0o660
+	}
+	if err := os.Chmod(path, mode); err != nil {
 		l.Close()
 		return nil, fmt.Errorf("api: chmod %s: %w", path, err)
 	}
-	return l, nil
+	return PeerListener(l, a), nil
 }
 
 // NewHTTPServer returns an http.Server for the handler with timeouts suited to a local API.
@@ -154,6 +172,8 @@ func httpStatus(c api.ErrorCode) int {
 		return http.StatusUnprocessableEntity
 	case api.CodeUnavailable:
 		return http.StatusServiceUnavailable
+	case api.CodePermissionDenied:
+		return http.StatusForbidden
 	}
 	return http.StatusInternalServerError
 }
