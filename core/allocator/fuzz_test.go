@@ -35,7 +35,10 @@ func FuzzAllocator(f *testing.F) {
 			lo, hi = min(lo, size-1), min(hi, size-1)
 			cfg.Exclude = []Range{{at(lo), at(hi)}}
 		}
-		if data[3]&1 != 0 && (v6 || hb < 2) {
+		// The gateway is the first address New accepts: offset 0 is the network address (IPv4)
+		// or the subnet-router anycast address (IPv6) unless the prefix is a /31, /32, /127
+		// or /128, and New refuses those as gateways.
+		if data[3]&1 != 0 && hb < 2 {
 			cfg.Gateway = at(0)
 		} else if data[3]&1 != 0 {
 			cfg.Gateway = at(1)
