@@ -40,11 +40,12 @@ deps:
 
 # Under make test (and CI, which sets CI=true) a test that cannot run here (no root, a missing
 # tool) fails with the reason instead of skipping (internal/testenv), and testsummary fails on
-# any skip. -k runs every suite even after a failure, so the table covers them all.
+# any skip. -k runs every suite even after a failure, so the table covers them all; the fuzz
+# targets (test-fuzz: make fuzz-smoke through testsummary) are one of them.
 test: export ALLOT_NO_SKIP := 1
 test: deps cni-tools kube-binaries helm lint testsummary
 	@rm -rf $(TEST_RESULTS)
-	@status=0; $(MAKE) --no-print-directory -k test-unit test-sdk plugins test-realnode || status=1; \
+	@status=0; $(MAKE) --no-print-directory -k test-unit test-sdk plugins test-fuzz test-realnode || status=1; \
 		$(TESTSUMMARY) -report $(TEST_RESULTS)/*.jsonl || status=1; exit $$status
 
 test-short:
