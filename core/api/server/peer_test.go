@@ -5,7 +5,6 @@ package server_test
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -129,15 +128,7 @@ func newPeerRig(t *testing.T, a server.Access) *peerRig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := server.New(&svc{}, quiet)
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(l) }()
-	t.Cleanup(func() {
-		_ = srv.Shutdown(context.Background())
-		if err := <-done; !errors.Is(err, http.ErrServerClosed) {
-			t.Errorf("Serve: %v", err)
-		}
-	})
+	serveOn(t, l, &svc{})
 	return r
 }
 

@@ -80,6 +80,12 @@ func serve(t *testing.T, s api.Service) (string, *server.Server) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return sock, serveOn(t, l, s)
+}
+
+// serveOn serves s on l until the test ends.
+func serveOn(t *testing.T, l net.Listener, s api.Service) *server.Server {
+	t.Helper()
 	srv := server.New(s, quiet)
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(l) }()
@@ -89,7 +95,7 @@ func serve(t *testing.T, s api.Service) (string, *server.Server) {
 			t.Errorf("Serve: %v", err)
 		}
 	})
-	return sock, srv
+	return srv
 }
 
 // TestBothProtocolsOnOneSocket runs the same calls over HTTP and framed clients.
