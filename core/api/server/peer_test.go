@@ -19,6 +19,7 @@ import (
 
 	"github.com/allot-ipam/allot/core/api/client"
 	"github.com/allot-ipam/allot/core/api/server"
+	"github.com/allot-ipam/allot/internal/testenv"
 )
 
 // The peer tests run a client in a helper process under another uid: the test binary
@@ -81,20 +82,6 @@ func peerHelper(mode, sock string) int {
 	return 0
 }
 
-// needRoot: the peer tests start processes under other uids, which takes root.
-func needRoot(t *testing.T) {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("starts helper processes under other uids")
-	}
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("needs root to run helper processes as uid 65534, and CI runs as root: this must not be skipped there")
-		}
-		t.Skip("needs root: runs helper processes as uid 65534")
-	}
-}
-
 // peerRig is a server on a socket in a directory every uid may enter, and a copy of the
 // test binary every uid may run (go test's own lies in a directory only root can enter).
 type peerRig struct {
@@ -151,7 +138,7 @@ func (r *peerRig) cmd(mode string, groups ...uint32) *exec.Cmd {
 // message naming its uid, in both protocols, even when the socket file's mode would let it
 // in (the check does not rely on the mode).
 func TestPeerRefused(t *testing.T) {
-	needRoot(t)
+	testenv.RequireRoot(t, "runs helper processes as uid 65534")
 	for _, tc := range []struct {
 		name   string
 		access server.Access
@@ -183,7 +170,7 @@ func TestPeerRefused(t *testing.T) {
 // TestPeerInGroup: with a socket group, the socket is 0660 and that group's members get in,
 // whether it is their primary group or a supplementary one.
 func TestPeerInGroup(t *testing.T) {
-	needRoot(t)
+	testenv.RequireRoot(t, "runs helper processes as uid 65534")
 	for _, tc := range []struct {
 		name   string
 		gid    uint32
@@ -212,7 +199,7 @@ func TestPeerInGroup(t *testing.T) {
 
 // TestPeerRoot: root gets in, whatever the group.
 func TestPeerRoot(t *testing.T) {
-	needRoot(t)
+	testenv.RequireRoot(t, "runs helper processes as uid 65534")
 	r := newPeerRig(t, server.Access{Group: &server.Group{ID: otherGID}})
 	for _, o := range []client.Options{{}, {HTTP: true}} {
 		c := client.NewWithOptions(r.sock, o)
@@ -226,7 +213,7 @@ func TestPeerRoot(t *testing.T) {
 // TestRefusalDoesNotBlockAccept: a refused peer that connects and sends nothing does not
 // hold up the next connection.
 func TestRefusalDoesNotBlockAccept(t *testing.T) {
-	needRoot(t)
+	testenv.RequireRoot(t, "runs helper processes as uid 65534")
 	r := newPeerRig(t, server.Access{})
 	if err := os.Chmod(r.sock, 0o666); err != nil {
 		t.Fatal(err)
