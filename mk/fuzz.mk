@@ -14,11 +14,12 @@ FUZZTIME ?= 3s
 .PHONY: fuzz-smoke fuzz-list test-fuzz
 
 fuzz-smoke:
-	@GOTEST="$(GO) test" FUZZTIME="$(FUZZTIME)" bash hack/fuzz-smoke.sh
+	@GO="$(GO)" FUZZTIME="$(FUZZTIME)" bash hack/fuzz-smoke.sh
 
 test-fuzz: testsummary
 	@rm -f $(TEST_RESULTS)/$@.jsonl
-	@GOTEST="$(GOTEST_JSON)" FUZZTIME="$(FUZZTIME)" bash hack/fuzz-smoke.sh
+	@GO="$(GO)" FUZZTIME="$(FUZZTIME)" TESTSUMMARY="$(TESTSUMMARY)" FUZZ_SAVE="$(TEST_RESULTS)/$@.jsonl" \
+		bash hack/fuzz-smoke.sh
 
 fuzz-list:
 	@bash hack/fuzz-smoke.sh -l
