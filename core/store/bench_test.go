@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"runtime"
 	"sync/atomic"
@@ -125,4 +126,59 @@ func BenchmarkGroupDelay(b *testing.B) {
 		b.Run(tc.name+"/sync", func(b *testing.B) { benchPut(b, Options{MaxGroupDelay: tc.delay}, true) })
 		b.Run(tc.name+"/nosync", func(b *testing.B) { benchPut(b, Options{MaxGroupDelay: tc.delay, NoSync: true}, true) })
 	}
+}
+
+// BenchmarkOpenCheck measures what the defensive walk adds to Open on a store of 100,000
+// records (a node holds a few hundred): Open with the walk, the walk alone, and bbolt's
+// own Open, plus bbolt's Tx.Check for comparison.
+func BenchmarkOpenCheck(b *testing.B) {
+	path := populated(b, 100_000)
+	st, _ := os.Stat(path)
+	b.Logf("store of 100000 records: %d bytes", st.Size())
+	b.Run("Open", func(b *testing.B) {
+		for b.Loop() {
+			s, err := Open(context.Background(), path, Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			_ = s.Close()
+		}
+	})
+	b.Run("walk", func(b *testing.B) {
+		f, err := os.Open(path)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer f.Close()
+		for b.Loop() {
+			if rep := inspectOpen(f, path, false); !rep.OK() {
+				b.Fatal(rep.Summary())
+			}
+		}
+	})
+	opts := &bolt.Options{FreelistType: defaultTuning.freelist, NoFreelistSync: defaultTuning.noFreelistSync}
+	b.Run("boltOpen", func(b *testing.B) {
+		for b.Loop() {
+			db, err := bolt.Open(path, 0o600, opts)
+			if err != nil {
+				b.Fatal(err)
+			}
+			_ = db.Close()
+		}
+	})
+	b.Run("boltCheck", func(b *testing.B) {
+		db, err := bolt.Open(path, 0o600, opts)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer db.Close()
+		for b.Loop() {
+			_ = db.View(func(tx *bolt.Tx) error {
+				for err := range tx.Check() {
+					b.Fatal(err)
+				}
+				return nil
+			})
+		}
+	})
 }

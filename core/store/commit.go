@@ -152,15 +152,28 @@ func (s *Store) commit(batch []*op) {
 		answer(batch, err)
 		return
 	}
+	txid := tx.ID()
 	if err := s.commitTx(tx); err != nil {
-		// A failed Commit (write or fsync error) may have left the batch
-		// on disk, or not, and Linux may have dropped the dirty pages
-		// after a failed fsync. Memory and disk can no longer be trusted
+		s.stats.errors.Add(1)
+		if s.notCommitted(txid) {
+			// bbolt writes the batch's pages into free space, syncs, and only then
+			// writes the meta page that makes them part of the file. The meta page
+			// still names an older transaction, so nothing of this batch is in
+			// the database and the pages it wrote are free again: a clean failure,
+			// as from a full disk or a file system turned read-only. The store goes
+			// on, and the next batch succeeds once space (or write access) returns.
+			werr := fmt.Errorf("batch of %d ops not written: commit to %s: %w", len(batch), s.path, diskErr(err))
+			s.log.Error("store commit failed before its meta page; nothing written, later writes will try again", "ops", len(batch), "cause", DiskCause(err), "err", err)
+			answer(batch, werr)
+			return
+		}
+		// A failed Commit after the meta page was written (its fsync failed) may
+		// have left the batch on disk, or not, and Linux may have dropped the dirty
+		// pages after a failed fsync. Memory and disk can no longer be trusted
 		// to agree, so stop writing: the daemon restarts and rebuilds its
 		// memory from what is actually on disk.
-		ferr := fmt.Errorf("%w: commit of %d ops: %w", ErrFailed, len(batch), err)
+		ferr := fmt.Errorf("%w: commit of %d ops to %s: %w", ErrFailed, len(batch), s.path, diskErr(err))
 		s.setFailure(ferr)
-		s.stats.errors.Add(1)
 		s.log.Error("store commit failed; refusing further writes", "ops", len(batch), "err", err)
 		answer(batch, fmt.Errorf("outcome unknown: %w", ferr))
 		return
@@ -201,6 +214,18 @@ func (s *Store) begin(batch []*op) (*bolt.Tx, error) {
 		}
 	}
 	return tx, nil
+}
+
+// notCommitted reports whether the current meta page (the one bbolt reads, with the
+// higher valid transaction ID) still names a transaction older than txid: then the
+// failed commit of txid never reached the meta page and nothing of it counts.
+func (s *Store) notCommitted(txid int) bool {
+	cur := -1
+	err := s.db.View(func(tx *bolt.Tx) error {
+		cur = tx.ID()
+		return nil
+	})
+	return err == nil && cur >= 0 && cur < txid
 }
 
 func answer(batch []*op, err error) {

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
-	berrors "go.etcd.io/bbolt/errors"
 )
 
 // Sentinel errors; test with errors.Is.
@@ -31,6 +30,9 @@ var (
 	ErrCorrupt = errors.New("store: corrupt record")
 	// ErrSchema means the file was written by an incompatible build.
 	ErrSchema = errors.New("store: unsupported schema")
+	// ErrUnusable is matched by every *UnusableError: the file cannot be opened as
+	// a store (damaged, truncated, foreign, or of another schema).
+	ErrUnusable = errors.New("store: file unusable")
 	// ErrFailed means an earlier commit failed in a way that leaves the
 	// outcome on disk unknown; the store refuses further writes and the
 	// daemon should restart (and so rebuild its memory from disk).
@@ -172,7 +174,12 @@ type Store struct {
 // Open opens (creating if needed) the store at path. The directory is created
 // with mode 0700 and the file with 0600. If another process holds the file,
 // Open fails after Options.LockTimeout with an error matching ErrLocked.
-// Open does not read records; call List to rebuild memory.
+//
+// Before bbolt reads the file, Open walks its pages defensively (see inspect.go):
+// a damaged, truncated or foreign file, or one of another schema version, fails
+// with an *UnusableError (ErrUnusable) naming the file and the damage, never
+// with a panic. Open does not decode records; call List to rebuild memory (and
+// Check to find every bad record).
 func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -201,30 +208,21 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("store: create directory %s: %w", dir, err)
+		return nil, fmt.Errorf("store: create directory %s: %w", dir, diskErr(err))
 	}
-	_, statErr := os.Stat(path)
-	created := errors.Is(statErr, os.ErrNotExist)
-
-	db, err := bolt.Open(path, 0o600, &bolt.Options{
+	bo := &bolt.Options{
 		Timeout:        opts.LockTimeout,
 		NoSync:         opts.NoSync,
 		FreelistType:   tuning.freelist,
 		NoFreelistSync: tuning.noFreelistSync,
-	})
-	if err != nil {
-		if errors.Is(err, berrors.ErrTimeout) {
-			return nil, fmt.Errorf("store: %s is locked by another process (waited %s): %w", path, opts.LockTimeout, ErrLocked)
-		}
-		return nil, fmt.Errorf("store: open %s: %w", path, err)
 	}
-	if created && !opts.NoSync {
-		// The new file's directory entry must be durable too, or a crash
-		// could lose the whole file along with acknowledged records.
-		if err := syncDir(dir); err != nil {
-			_ = db.Close()
-			return nil, fmt.Errorf("store: sync directory %s: %w", dir, err)
-		}
+	created, err := createIfMissing(path, bo)
+	if err != nil {
+		return nil, err
+	}
+	db, err := openChecked(path, bo)
+	if err != nil {
+		return nil, err
 	}
 	if err := initSchema(db); err != nil {
 		_ = db.Close()

@@ -372,8 +372,12 @@ func TestFailedCommitStopsWrites(t *testing.T) {
 	ctx := context.Background()
 	s := openTest(t, filepath.Join(t.TempDir(), "allot.db"), Options{NoSync: true})
 	eio := errors.New("injected fsync error")
+	// The meta page is written (Commit succeeds) but its fsync "fails": the
+	// outcome on disk is unknown.
 	s.commitTx = func(tx *bolt.Tx) error {
-		_ = tx.Rollback()
+		if err := tx.Commit(); err != nil {
+			return err
+		}
 		return eio
 	}
 	err := s.Put(ctx, testRecord("c", "eth0", 1))
