@@ -1,4 +1,8 @@
 // Command allotd is the allot node daemon.
+//
+// Exit codes: 0 after a clean stop, 1 on an error, 3 when the store file is unusable
+// (damaged, truncated, foreign or of another schema: restarting does not help; the
+// message says which `allotd store` commands to run).
 package main
 
 import (
@@ -16,6 +20,8 @@ import (
 
 func main() {
 	var cfgPath string
+	// storePath is the configured store file, for the advice printed when it is unusable.
+	storePath := config.Defaults().Store.Path
 	cmd := &cobra.Command{
 		Use:           "allotd",
 		Short:         "allot IPAM node daemon",
@@ -28,6 +34,7 @@ func main() {
 			if err != nil {
 				return err
 			}
+			storePath = cfg.Store.Path
 			log, err := newLogger(cfg.Log)
 			if err != nil {
 				return err
@@ -57,10 +64,13 @@ func main() {
 	}
 	cmd.Flags().StringVarP(&cfgPath, "config", "c", os.Getenv("ALLOT_CONFIG"), "configuration file (YAML); env ALLOT_CONFIG")
 	config.RegisterFlags(cmd.Flags())
-	cmd.AddCommand(newInstallCNICommand())
+	cmd.AddCommand(newInstallCNICommand(), newStoreCommand())
 	if err := cmd.ExecuteContext(context.Background()); err != nil {
 		fmt.Fprintln(os.Stderr, "allotd:", err)
-		os.Exit(1)
+		if advice := storeAdvice(err, storePath); advice != "" && cmd.CalledAs() == "allotd" {
+			fmt.Fprintln(os.Stderr, advice)
+		}
+		os.Exit(exitCode(err))
 	}
 }
 
