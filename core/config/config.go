@@ -46,6 +46,29 @@ type StoreConfig struct {
 	// NoSync skips fsync. For benchmarks and throwaway test rigs only: an acknowledged
 	// allocation can be lost on power failure.
 	NoSync bool `koanf:"noSync"`
+	// OnCorruption is what allotd does when the store file is unusable (damaged,
+	// truncated, foreign): "fail" exits with code 3 and the commands to run; "rebuild"
+	// (agent mode only) moves the file aside, salvages what it can into a new one, holds
+	// the addresses this node's pods show in the API server, and starts. Empty means
+	// rebuild for an agent, fail otherwise: only an agent has another source of truth.
+	OnCorruption string `koanf:"onCorruption"`
+}
+
+// What allotd does with an unusable store (store.onCorruption).
+const (
+	OnCorruptionFail    = "fail"
+	OnCorruptionRebuild = "rebuild"
+)
+
+// StoreOnCorruption is store.onCorruption with its mode-dependent default applied.
+func (c *Config) StoreOnCorruption() string {
+	if c.Store.OnCorruption != "" {
+		return c.Store.OnCorruption
+	}
+	if c.Mode == "agent" {
+		return OnCorruptionRebuild
+	}
+	return OnCorruptionFail
 }
 
 // HTTPConfig is the health and metrics listener.

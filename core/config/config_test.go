@@ -95,6 +95,8 @@ func TestValidationNamesTheField(t *testing.T) {
 		{"wasm datapath", minimal + "plugins: [{name: p, kind: datapath, transport: wasm, path: /x}]", "wasm is only for pool-policy"},
 		{"sha", minimal + "plugins: [{name: p, kind: pool-policy, transport: wasm, path: /x, sha256: abc}]", "plugins[0].sha256"},
 		{"whole pool excluded", "pools: [{name: a, cidrs: [10.0.0.0/30], exclude: [10.0.0.0/30]}]", "pools[0]"},
+		{"store rebuild standalone", minimal + "store: {onCorruption: rebuild}", `store.onCorruption: "rebuild" is for agent mode only`},
+		{"store on corruption", minimal + "store: {onCorruption: ignore}", `store.onCorruption: "ignore" is not rebuild or fail`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -133,6 +135,20 @@ func TestSocketGroup(t *testing.T) {
 	c.SocketGroup = ""
 	if g, err := c.ResolveSocketGroup(); g != nil || err != nil {
 		t.Errorf("unset: %+v %v", g, err)
+	}
+}
+
+func TestStoreOnCorruptionDefault(t *testing.T) {
+	for _, c := range []struct{ mode, set, want string }{
+		{"standalone", "", OnCorruptionFail},
+		{"agent", "", OnCorruptionRebuild},
+		{"agent", OnCorruptionFail, OnCorruptionFail},
+		{"operator", "", OnCorruptionFail},
+	} {
+		cfg := Config{Mode: c.mode, Store: StoreConfig{OnCorruption: c.set}}
+		if got := cfg.StoreOnCorruption(); got != c.want {
+			t.Errorf("mode %s, store.onCorruption %q: %q, want %q", c.mode, c.set, got, c.want)
+		}
 	}
 }
 

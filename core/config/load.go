@@ -33,14 +33,15 @@ var flagKeys = map[string]string{
 // table, rather than a generic "_ becomes ." rule, because keys are camelCase and a typo
 // in a variable name should be reported, not silently ignored.
 var envKeys = map[string]string{
-	"MODE":         "mode",
-	"SOCKET":       "socket",
-	"SOCKET_GROUP": "socketGroup",
-	"STORE_PATH":   "store.path",
-	"STORE_NOSYNC": "store.noSync",
-	"HTTP_ADDRESS": "http.address",
-	"LOG_LEVEL":    "log.level",
-	"LOG_FORMAT":   "log.format",
+	"MODE":                "mode",
+	"SOCKET":              "socket",
+	"SOCKET_GROUP":        "socketGroup",
+	"STORE_PATH":          "store.path",
+	"STORE_NOSYNC":        "store.noSync",
+	"STORE_ON_CORRUPTION": "store.onCorruption",
+	"HTTP_ADDRESS":        "http.address",
+	"LOG_LEVEL":           "log.level",
+	"LOG_FORMAT":          "log.format",
 }
 
 // otherEnv are ALLOT_* variables read by other parts (allotd's --config, the test harness

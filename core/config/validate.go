@@ -38,6 +38,15 @@ func (c *Config) Validate() error {
 	if c.Store.Path == "" {
 		add("store.path", "must not be empty")
 	}
+	switch c.Store.OnCorruption {
+	case "", OnCorruptionFail:
+	case OnCorruptionRebuild:
+		if c.Mode != "agent" {
+			add("store.onCorruption", "%q is for agent mode only (it rebuilds from the API server); in %s mode an unusable store stops allotd", OnCorruptionRebuild, c.Mode)
+		}
+	default:
+		add("store.onCorruption", "%q is not %s or %s", c.Store.OnCorruption, OnCorruptionRebuild, OnCorruptionFail)
+	}
 	if a := c.HTTP.Address; a != "" {
 		if ap, err := netip.ParseAddrPort(a); err != nil {
 			add("http.address", "%q is not host:port with an IP address: %v", a, err)

@@ -75,6 +75,11 @@ func NewAgent(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Age
 	if err != nil {
 		return nil, err
 	}
+	if cfg.StoreOnCorruption() == config.OnCorruptionRebuild {
+		if d.listPods, err = apiPodLister(restCfg, cfg.Cluster.NodeName); err != nil {
+			return nil, err
+		}
+	}
 	if err := d.openBase(ctx); err != nil {
 		return nil, err
 	}

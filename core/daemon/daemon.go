@@ -57,6 +57,9 @@ type Daemon struct {
 	beforeClose func(ctx context.Context)
 	// fatal receives an error that must stop the daemon (an agent's first datapath apply).
 	fatal chan error
+	// listPods, set in agent mode with store.onCorruption rebuild, lists what the node's
+	// pods hold according to the API server (storeopen.go).
+	listPods podLister
 
 	apiLn   net.Listener
 	apiSrv  *server.Server
@@ -146,9 +149,8 @@ func (d *Daemon) openBase(ctx context.Context) (err error) {
 	if d.httpLn, err = d.listenHTTP(); err != nil {
 		return err
 	}
-	d.store, err = store.Open(ctx, d.cfg.Store.Path, store.Options{NoSync: d.cfg.Store.NoSync, Logger: d.log.With("component", "store")})
-	if err != nil {
-		return fmt.Errorf("open store: %w", err)
+	if d.store, err = d.openStore(ctx); err != nil {
+		return err
 	}
 	d.reg.MustRegister(newStoreCollector(d.store))
 	if d.plugins, err = LoadPlugins(ctx, d.cfg, d.log.With("component", "plugins")); err != nil {
