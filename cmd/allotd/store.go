@@ -82,17 +82,12 @@ Exit codes: 0 success, 1 error (including a locked file), 3 the store is damaged
 	pf.DurationVar(&timeout, "lock-timeout", 2*time.Second, "how long to wait for the file's lock")
 	opts := func() store.InspectOptions { return store.InspectOptions{LockTimeout: timeout} }
 
-	check := &cobra.Command{
-		Use:   "check",
-		Short: "report damage to the store file (exit 3 when damaged)",
-		Long: `Reads the store file without changing it: bbolt's meta pages, every page of the tree
+	check := offline("check", "report damage to the store file (exit 3 when damaged)",
+		`Reads the store file without changing it: bbolt's meta pages, every page of the tree
 (each checked against the file's size and its parent), the schema, and every record
 (strictly decoded), then bbolt's own consistency check. Prints every problem and what is
 lost; exits 3 if there is any.`,
-		Args:          cobra.NoArgs,
-		SilenceUsage:  true,
-		SilenceErrors: true,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		func(cmd *cobra.Command) error {
 			rep, err := store.Inspect(cmd.Context(), path, opts())
 			if err != nil {
 				return err
@@ -104,23 +99,17 @@ lost; exits 3 if there is any.`,
 			}
 			fmt.Fprintf(out, "ok: %s holds %d records, no damage found\n", path, len(rep.Records))
 			return nil
-		},
-	}
+		})
 
 	var outPath string
-	salvage := &cobra.Command{
-		Use:   "salvage --out FILE",
-		Short: "copy every readable record into a new store file (the damaged one is not changed)",
-		Long: `Copies every record that can still be read from the store file into the new store file
+	salvage := offline("salvage --out FILE", "copy every readable record into a new store file (the damaged one is not changed)",
+		`Copies every record that can still be read from the store file into the new store file
 --out (which must not exist), and lists what could not be read. The damaged file is only
 read. Besides the records the tree reaches, it recovers records found in pages the tree
 no longer reaches (when the file is damaged); some of these may have been deleted before
 the damage: they hold their addresses until released (DEL, CNI GC, or in agent mode the
 reclaim of pods that are gone), which is safe, where losing one is not.`,
-		Args:          cobra.NoArgs,
-		SilenceUsage:  true,
-		SilenceErrors: true,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		func(cmd *cobra.Command) error {
 			rep, err := store.Salvage(cmd.Context(), path, outPath, opts())
 			if err != nil {
 				return err
@@ -131,31 +120,35 @@ reclaim of pods that are gone), which is safe, where losing one is not.`,
 				len(rep.Records)+len(rep.Recovered), outPath, len(rep.Records), len(rep.Recovered), len(rep.Lost))
 			fmt.Fprintf(out, "to use it, with allotd stopped:\n  mv %[1]s %[1]s.damaged && mv %[2]s %[1]s\n", path, outPath)
 			return nil
-		},
-	}
+		})
 	salvage.Flags().StringVar(&outPath, "out", "", "new store file to write (required; must not exist)")
 	_ = salvage.MarkFlagRequired("out")
 
-	compact := &cobra.Command{
-		Use:   "compact",
-		Short: "rewrite the store file without its free pages (bbolt compact)",
-		Long: `Rewrites the store file without its free space (bbolt.Compact) into a temporary file
+	compact := offline("compact", "rewrite the store file without its free pages (bbolt compact)",
+		`Rewrites the store file without its free space (bbolt.Compact) into a temporary file
 beside it and renames that over it, holding the file's lock throughout. A damaged file is
 refused: salvage it first.`,
-		Args:          cobra.NoArgs,
-		SilenceUsage:  true,
-		SilenceErrors: true,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		func(cmd *cobra.Command) error {
 			res, err := store.Compact(cmd.Context(), path, opts())
 			if err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "compacted %s: %d -> %d bytes\n", path, res.Before, res.After)
 			return nil
-		},
-	}
+		})
 	cmd.AddCommand(check, salvage, compact)
 	return cmd
+}
+
+// offline is one `allotd store` subcommand: no arguments, and errors printed once by main.
+func offline(use, short, long string, run func(*cobra.Command) error) *cobra.Command {
+	return &cobra.Command{
+		Use: use, Short: short, Long: long,
+		Args:          cobra.NoArgs,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		RunE:          func(cmd *cobra.Command, _ []string) error { return run(cmd) },
+	}
 }
 
 func printReport(out io.Writer, rep *store.Report) {

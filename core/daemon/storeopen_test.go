@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -26,23 +25,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
-// logBuffer collects JSON log lines.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) lines(t *testing.T) []map[string]any {
-	b.mu.Lock()
-	defer b.mu.Unlock()
+// logLines parses JSON log lines.
+func logLines(t *testing.T, b *bytes.Buffer) []map[string]any {
 	var out []map[string]any
-	for _, l := range bytes.Split(bytes.TrimSpace(b.buf.Bytes()), []byte("\n")) {
+	for _, l := range bytes.Split(bytes.TrimSpace(b.Bytes()), []byte("\n")) {
 		if len(l) == 0 {
 			continue
 		}
@@ -68,7 +54,7 @@ func rec(id, addr string) store.Record {
 
 // rebuildRig is a daemon base in agent mode on a store holding two records, of which
 // the test damages one.
-func rebuildRig(t *testing.T, mode, onCorruption string) (*Daemon, *logBuffer) {
+func rebuildRig(t *testing.T, mode, onCorruption string) (*Daemon, *bytes.Buffer) {
 	t.Helper()
 	dir := t.TempDir()
 	cfg := config.Defaults()
@@ -86,7 +72,7 @@ func rebuildRig(t *testing.T, mode, onCorruption string) (*Daemon, *logBuffer) {
 		}
 	}
 	_ = s.Close()
-	logs := &logBuffer{}
+	logs := &bytes.Buffer{} // openStore logs on the caller's goroutine only
 	d := newBase(&cfg, slog.New(slog.NewJSONHandler(logs, nil)))
 	return d, logs
 }
@@ -175,13 +161,13 @@ func TestAgentRebuildsUnusableStore(t *testing.T) {
 				t.Fatalf("rebuilt store holds %v; want the good record salvaged", holders)
 			}
 			var moved bool
-			for _, l := range logs.lines(t) {
+			for _, l := range logLines(t, logs) {
 				if l["level"] == "ERROR" && strings.Contains(l["msg"].(string), "moved aside") && l["path"] == path && strings.HasPrefix(l["moved_to"].(string), path+".corrupt-") {
 					moved = true
 				}
 			}
 			if !moved {
-				t.Fatalf("no Error log naming the path and where it went:\n%s", logs.buf.String())
+				t.Fatalf("no Error log naming the path and where it went:\n%s", logs.String())
 			}
 			// And nothing a pod holds is handed out from the rebuilt store.
 			allocateAllExcept(t, s, holders)
