@@ -72,7 +72,6 @@ type diskRig struct {
 	path string
 	s    *store.Store
 	m    *ipam.Manager
-	n    int
 }
 
 func newDiskRig(t *testing.T, dir string) *diskRig {

@@ -449,7 +449,7 @@ func bucketOf(e entry) (root uint64, inline []byte, err error) {
 	return root, inline, nil
 }
 
-// inspectOpen walks the open file f (see inspectFile), through a read-only mapping of
+// inspectOpen walks the open file f (see inspectData), through a read-only mapping of
 // it when one can be made. The caller holds the file's lock, so no allot process changes
 // or truncates it meanwhile; should something else shrink it under the mapping, the
 // fault ends the walk with a problem instead of the process.
@@ -476,12 +476,9 @@ func inspectOpen(f *os.File, path string, decode bool) (rep *Report) {
 	return inspectData(f, data, size, path, decode)
 }
 
-// inspectFile walks the file behind r. With decode it also decodes every record (into
-// rep.Records, or rep.Lost). It never panics on any content.
-func inspectFile(r io.ReaderAt, size int64, path string, decode bool) *Report {
-	return inspectData(r, nil, size, path, decode)
-}
-
+// inspectData walks the file behind r (or data, its mapping, when not nil). With decode
+// it also decodes every record (into rep.Records, or rep.Lost). It never panics on any
+// content.
 func inspectData(r io.ReaderAt, data []byte, size int64, path string, decode bool) *Report {
 	rep := &Report{Path: path, Size: size}
 	if size == 0 {
