@@ -25,7 +25,7 @@ func populated(t testing.TB, n int) string {
 	for i := range recs {
 		recs[i] = testRecord(fmt.Sprintf("c%05d", i), "eth0", i)
 	}
-	if err := writeNew(context.Background(), path, recs); err != nil {
+	if err := writeNew(context.Background(), path, recs, true); err != nil {
 		t.Fatal(err)
 	}
 	return path
@@ -322,7 +322,7 @@ func TestOpenFollowsRename(t *testing.T) {
 		done <- err
 	}()
 	time.Sleep(200 * time.Millisecond)
-	if err := writeNew(ctx, path+".next", []Record{testRecord("new", "eth0", 1)}); err != nil {
+	if err := writeNew(ctx, path+".next", []Record{testRecord("new", "eth0", 1)}, true); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Rename(path+".next", path); err != nil {

@@ -216,6 +216,8 @@ type InspectOptions struct {
 	// LockTimeout is how long to wait for a running allotd to release the file; 0
 	// means DefaultLockTimeout. These tools never run beside a daemon.
 	LockTimeout time.Duration
+	// NoSync writes Salvage's new file without fsync. Tests only.
+	NoSync bool
 }
 
 func (o InspectOptions) timeout() time.Duration {
@@ -282,15 +284,15 @@ func Salvage(ctx context.Context, src, dst string, opts InspectOptions) (*Report
 	if err != nil {
 		return nil, err
 	}
-	if err := writeNew(ctx, dst, append(slices.Clone(rep.Records), rep.Recovered...)); err != nil {
+	if err := writeNew(ctx, dst, append(slices.Clone(rep.Records), rep.Recovered...), opts.NoSync); err != nil {
 		return rep, fmt.Errorf("store: salvage into %s: %w", dst, err)
 	}
 	return rep, nil
 }
 
 // writeNew creates the store file path (which must not exist) holding recs.
-func writeNew(ctx context.Context, path string, recs []Record) error {
-	s, err := Open(ctx, path, Options{})
+func writeNew(ctx context.Context, path string, recs []Record, noSync bool) error {
+	s, err := Open(ctx, path, Options{NoSync: noSync})
 	if err != nil {
 		return err
 	}
