@@ -3,7 +3,8 @@ package store_test
 // A full disk and a read-only file system under a running store, through the ipam
 // manager's ADD: the ADD fails with an error naming the cause and the file, leaves no
 // record behind, and ADDs succeed again once space or write access is back, without a
-// restart. These tests mount file systems, so they need root.
+// restart. These tests mount file systems, so they need root (internal/testenv decides
+// whether its absence skips or fails).
 
 import (
 	"context"
@@ -21,23 +22,15 @@ import (
 	"github.com/allot-ipam/allot/core/api"
 	"github.com/allot-ipam/allot/core/ipam"
 	"github.com/allot-ipam/allot/core/store"
+	"github.com/allot-ipam/allot/internal/testenv"
 	"github.com/allot-ipam/allot/plugins/policy/static"
 	"github.com/allot-ipam/allot/sdk/policy"
 )
 
-// needRoot skips in -short runs, and when not root skips (or, on CI, fails: CI runs as
-// root, so a skip there would hide a lost test).
+// needRoot: mounting file systems needs root (internal/testenv: skip, or fail under CI).
 func needRoot(t *testing.T) {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("mounts file systems; skipped in -short runs")
-	}
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("needs root (mounts a tmpfs); CI must run as root")
-		}
-		t.Skip("needs root: mounts a tmpfs")
-	}
+	testenv.RequireRoot(t, "mounts file systems (tmpfs, a loop-mounted ext4)")
 }
 
 func run(t *testing.T, name string, args ...string) error {
@@ -233,9 +226,7 @@ func TestReadOnlyRemount(t *testing.T) {
 // trigger_fs_error) under a running store.
 func TestFileSystemTurnsReadOnly(t *testing.T) {
 	needRoot(t)
-	if _, err := exec.LookPath("mkfs.ext4"); err != nil {
-		t.Skip("needs mkfs.ext4 (Debian package e2fsprogs)")
-	}
+	testenv.RequireBinary(t, "mkfs.ext4", "Debian package e2fsprogs")
 	img := filepath.Join(t.TempDir(), "fs.img")
 	if err := os.WriteFile(img, nil, 0o600); err != nil {
 		t.Fatal(err)
@@ -249,7 +240,7 @@ func TestFileSystemTurnsReadOnly(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "mnt")
 	_ = os.Mkdir(dir, 0o700)
 	if err := run(t, "mount", "-o", "loop,errors=remount-ro", img, dir); err != nil {
-		t.Skipf("cannot loop-mount ext4 here: %v", err)
+		testenv.Missing(t, fmt.Sprintf("cannot loop-mount ext4 here: %v", err))
 	}
 	t.Cleanup(func() { _ = run(t, "umount", dir) })
 	dev := ""
@@ -258,7 +249,7 @@ func TestFileSystemTurnsReadOnly(t *testing.T) {
 	}
 	trigger := filepath.Join("/sys/fs/ext4", dev, "trigger_fs_error")
 	if _, err := os.Stat(trigger); dev == "" || err != nil {
-		t.Skipf("no %s: cannot make ext4 fail here", trigger)
+		testenv.Missing(t, fmt.Sprintf("no %s: cannot make ext4 fail here", trigger))
 	}
 	r := newDiskRig(t, dir)
 	defer r.close()
