@@ -70,10 +70,10 @@ func TestInstallOnRealNode(t *testing.T) {
 	start := time.Now()
 	n.helm("install", "allot", env.chart, "--namespace", ns, "--values", values)
 	n.step("agent and operator Running", 3*time.Minute, func() error {
-		if err := n.podsRunning(ns, "app.kubernetes.io/component=agent", 1); err != nil {
+		if err := n.podsRunning(ns, agentSelector, 1); err != nil {
 			return err
 		}
-		return n.podsRunning(ns, "app.kubernetes.io/component=operator", 1)
+		return n.podsRunning(ns, operatorSelector, 1)
 	})
 	if err := c.WaitNodeReady(ctx, true); err != nil {
 		t.Fatalf("node after install: %v", err)
@@ -131,7 +131,7 @@ func TestInstallOnRealNode(t *testing.T) {
 	t.Logf("agent pod %s deleted during scale-up", killed)
 	pods = n.waitApp(replicas, 5*time.Minute)
 	n.step("a new agent Running", 3*time.Minute, func() error {
-		return n.podsRunning(ns, "app.kubernetes.io/component=agent", 1)
+		return n.podsRunning(ns, agentSelector, 1)
 	})
 	n.checkAddresses(pods)
 	n.step("allocations = pods after the agent restart", 2*time.Minute, func() error { return n.allocationsMatch(n.appPods()) })
@@ -158,7 +158,7 @@ func TestInstallOnRealNode(t *testing.T) {
 	n.deleteDeployment()
 	n.waitApp(0, 3*time.Minute)
 	n.helm("uninstall", "allot", "--namespace", ns, "--wait", "--timeout", "3m")
-	n.step("agent gone", 3*time.Minute, func() error { return n.podsGone(ns, "app.kubernetes.io/component=agent") })
+	n.step("agent gone", 3*time.Minute, func() error { return n.podsGone(ns, agentSelector) })
 	n.checkUninstalled()
 }
 
