@@ -468,7 +468,7 @@ func newExternalHost(t *testing.T, server string) *externalHost {
 			t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
 		}
 	}
-	hostIf := "allotext0"
+	hostIf := "xhost0" // not a pod interface name (allot+, veth+, ...): traffic out of it is masqueraded
 	run("ip", "netns", "add", e.ns)
 	t.Cleanup(func() {
 		if e.server != nil && e.server.Process != nil {
@@ -511,3 +511,32 @@ func (e *externalHost) url(fam int) string {
 }
 
 func (e *externalHost) nodeAddr(fam int) netip.Addr { return e.host[fam/6].Addr() }
+
+// sweepAllot removes whatever of allot's a failed run left on the node: the masquerade chains
+// and their jumps, pinned eBPF objects, the pods' bridge. A passing run leaves nothing
+// (checkUninstalled proves it), so this does nothing then.
+func sweepAllot(t *testing.T) {
+	for _, bin := range []string{"iptables", "ip6tables"} {
+		out, err := exec.Command(bin+"-save", "-t", "nat").Output()
+		if err != nil {
+			continue
+		}
+		var chains []string
+		for _, line := range strings.Split(string(out), "\n") {
+			if strings.HasPrefix(line, ":ALLOT-") {
+				chains = append(chains, strings.Fields(line[1:])[0])
+			}
+			if strings.HasPrefix(line, "-A POSTROUTING ") && strings.Contains(line, "-j ALLOT-") {
+				args := strings.Fields(strings.Replace(line, "-A POSTROUTING", "-D POSTROUTING", 1))
+				_ = exec.Command(bin, append([]string{"-w", "-t", "nat"}, args...)...).Run()
+			}
+		}
+		for _, ch := range chains {
+			_ = exec.Command(bin, "-w", "-t", "nat", "-F", ch).Run()
+			_ = exec.Command(bin, "-w", "-t", "nat", "-X", ch).Run()
+			t.Logf("removed %s chain %s left by the failed run", bin, ch)
+		}
+	}
+	_ = os.RemoveAll("/sys/fs/bpf/allot")
+	_ = exec.Command("ip", "link", "del", "allot0").Run()
+}

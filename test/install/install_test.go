@@ -54,6 +54,9 @@ func TestInstallOnRealNode(t *testing.T) {
 		if err := c.Stop(context.Background()); err != nil {
 			t.Errorf("cluster stop: %v", err)
 		}
+		// A run that failed before helm uninstall leaves the agent's rules (it keeps them when
+		// it stops while its DaemonSet exists, as in a rolling update): remove them here.
+		sweepAllot(t)
 	}()
 	ext := newExternalHost(t, realnode.TestServerPath(work))
 

@@ -161,24 +161,39 @@ func drain(ctx context.Context, cs kubernetes.Interface, stop func(string)) erro
 	if err != nil {
 		return fmt.Errorf("realnode: drain: %w", err)
 	}
+	// Workload pods first, while the node's CNI plugins (which may need a daemon running in
+	// kube-system, as allot's agent is) can still tear down their networks; then the rest.
 	grace := int64(1)
-	for _, ns := range nss.Items {
-		_ = cs.CoreV1().Pods(ns.Name).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &grace}, metav1.ListOptions{})
-	}
-	for {
-		l, err := cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
-		if err == nil && len(l.Items) == 0 {
-			return nil
-		}
-		if ctx.Err() != nil {
-			n := -1
-			if l != nil {
-				n = len(l.Items)
+	for _, phase := range []func(ns string) bool{
+		func(ns string) bool { return ns != metav1.NamespaceSystem },
+		func(string) bool { return true },
+	} {
+		for _, ns := range nss.Items {
+			if phase(ns.Name) {
+				_ = cs.CoreV1().Pods(ns.Name).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &grace}, metav1.ListOptions{})
 			}
-			return fmt.Errorf("realnode: drain: %d pods not gone after 2 minutes", n)
 		}
-		time.Sleep(500 * time.Millisecond)
+		left := -1
+		for {
+			l, err := cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+			if err == nil {
+				left = 0
+				for _, p := range l.Items {
+					if phase(p.Namespace) {
+						left++
+					}
+				}
+				if left == 0 {
+					break
+				}
+			}
+			if ctx.Err() != nil {
+				return fmt.Errorf("realnode: drain: %d pods not gone after 2 minutes", left)
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
 	}
+	return nil
 }
 
 // cleanupRuntime removes what containerd still runs (after the kubelet stopped).

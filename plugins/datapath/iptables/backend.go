@@ -73,6 +73,11 @@ type ruleCount struct {
 // rules reads both families' tables through one back end's save commands.
 func rules(ctx context.Context, b string) ruleCount {
 	var rc ruleCount
+	if b == backendLegacy && !legacyInUse() {
+		// iptables-legacy-save would load the x_tables modules and register empty legacy
+		// tables, which makes every later iptables-nft warn about them.
+		return rc
+	}
 	for _, cmd := range []string{"iptables-" + b + "-save", "ip6tables-" + b + "-save"} {
 		out, err := exec.CommandContext(ctx, cmd).Output()
 		if err != nil {
@@ -94,6 +99,16 @@ func (rc *ruleCount) add(out []byte) {
 			rc.count++
 		}
 	}
+}
+
+// legacyInUse says whether any legacy table exists in this network namespace.
+func legacyInUse() bool {
+	for _, f := range []string{"/proc/net/ip_tables_names", "/proc/net/ip6_tables_names"} {
+		if b, err := os.ReadFile(f); err == nil && len(bytes.TrimSpace(b)) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 func hasCommand(name string) bool {
