@@ -386,15 +386,27 @@ func (n *node) allocationsMatch(pods []corev1.Pod) error {
 	var an struct {
 		Status struct {
 			IPAM struct {
-				Used map[string]any `json:"used"`
+				Pools []struct {
+					Pool       string
+					IPv4, IPv6 *struct{ Used int64 }
+				} `json:"pools"`
 			} `json:"ipam"`
 		} `json:"status"`
 	}
 	if err := json.Unmarshal([]byte(out), &an); err != nil {
 		return fmt.Errorf("AllotNode: %v", err)
 	}
-	if got := len(an.Status.IPAM.Used); got != 2*len(want) {
-		return fmt.Errorf("AllotNode status.ipam.used lists %d addresses, want %d", got, 2*len(want))
+	var used4, used6 int64
+	for _, p := range an.Status.IPAM.Pools {
+		if p.IPv4 != nil {
+			used4 += p.IPv4.Used
+		}
+		if p.IPv6 != nil {
+			used6 += p.IPv6.Used
+		}
+	}
+	if used4 != int64(len(want)) || used6 != int64(len(want)) {
+		return fmt.Errorf("AllotNode status.ipam.pools counts %d IPv4 and %d IPv6 addresses in use, want %d each", used4, used6, len(want))
 	}
 	return nil
 }
