@@ -3,6 +3,7 @@ package api
 import (
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // ErrorCode classifies an API error so that allot-cni can map it to a CNI error code and
@@ -64,4 +65,27 @@ func CodeOf(err error) ErrorCode {
 		return e.Code
 	}
 	return CodeInternal
+}
+
+// busyPrefix starts the message of every Busy error; IsBusy looks for it, since the code
+// (unavailable) is shared with other transient failures and older clients know only codes.
+const busyPrefix = "allotd busy: "
+
+// Busy is the error of a request the daemon refused because inFlight requests already run
+// (and waiting more wait for a slot). Its code is CodeUnavailable, so allot-cni answers
+// "try again later" and a runtime retries, as for any transient failure.
+func Busy(inFlight, waiting int) *Error {
+	if waiting > 0 {
+		return Errorf(CodeUnavailable, "%s%d requests in flight and %d waiting, retry", busyPrefix, inFlight, waiting)
+	}
+	return Errorf(CodeUnavailable, "%s%d requests in flight, retry", busyPrefix, inFlight)
+}
+
+// IsBusy reports whether err is (or wraps, or quotes) a Busy refusal.
+func IsBusy(err error) bool {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code == CodeUnavailable && strings.HasPrefix(e.Message, busyPrefix)
+	}
+	return err != nil && strings.Contains(err.Error(), busyPrefix)
 }

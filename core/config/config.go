@@ -22,8 +22,10 @@ type Config struct {
 	Store       StoreConfig `koanf:"store"`
 	HTTP        HTTPConfig  `koanf:"http"`
 	Log         LogConfig   `koanf:"log"`
-	Pools       []Pool      `koanf:"pools"`
-	Policy      Policy      `koanf:"policy"`
+	// API bounds the local API's concurrent work (api.go).
+	API    API    `koanf:"api"`
+	Pools  []Pool `koanf:"pools"`
+	Policy Policy `koanf:"policy"`
 	// Plugins are third-party plugins (process or WASM) that policy chains can name.
 	Plugins []Plugin `koanf:"plugins"`
 	// Datapath configures masquerading of pod traffic (datapath.go).
@@ -152,6 +154,7 @@ func Defaults() Config {
 		// Masquerading changes the node's firewall: opt in.
 		Datapath: Datapath{Type: "none"},
 		Log:      LogConfig{Level: "info", Format: "text"},
+		API:      DefaultAPI(),
 		CNI:      DefaultCNI(),
 		Policy: Policy{
 			Default: Chain{Policies: []string{"static"}},

@@ -38,6 +38,19 @@ func TestShippedDefaultConfigIsValid(t *testing.T) {
 	}
 }
 
+// TestAPIDefaultsKeptPerField: a file naming one api field keeps the defaults of the others.
+func TestAPIDefaultsKeptPerField(t *testing.T) {
+	c, err := load(writeFile(t, minimal+"api: {maxInFlight: 16}"), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := DefaultAPI()
+	want.MaxInFlight = 16
+	if c.API != want {
+		t.Fatalf("api %+v, want %+v", c.API, want)
+	}
+}
+
 func TestPrecedenceFileEnvFlags(t *testing.T) {
 	p := writeFile(t, minimal+"socket: /tmp/from-file.sock\nlog: {level: debug}\n")
 	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
@@ -94,6 +107,9 @@ func TestValidationNamesTheField(t *testing.T) {
 		{"plugin transport", minimal + "plugins: [{name: p, kind: pool-policy, transport: carrier-pigeon, path: /x}]", "plugins[0].transport"},
 		{"wasm datapath", minimal + "plugins: [{name: p, kind: datapath, transport: wasm, path: /x}]", "wasm is only for pool-policy"},
 		{"sha", minimal + "plugins: [{name: p, kind: pool-policy, transport: wasm, path: /x, sha256: abc}]", "plugins[0].sha256"},
+		{"api in flight", minimal + "api: {maxInFlight: 0}", "api.maxInFlight: 0 must be between 1 and 65536"},
+		{"api queue", minimal + "api: {maxQueued: -1}", "api.maxQueued: -1 must be between 0 and 1048576"},
+		{"api wait", minimal + "api: {queueWait: 30s}", "api.queueWait: 30s must be between 0 and 20s"},
 		{"whole pool excluded", "pools: [{name: a, cidrs: [10.0.0.0/30], exclude: [10.0.0.0/30]}]", "pools[0]"},
 		{"store rebuild standalone", minimal + "store: {onCorruption: rebuild}", `store.onCorruption: "rebuild" is for agent mode only`},
 		{"store on corruption", minimal + "store: {onCorruption: ignore}", `store.onCorruption: "ignore" is not rebuild or fail`},

@@ -64,6 +64,7 @@ func (c *Config) Validate() error {
 		errs = append(errs, c.validatePools()...)
 		errs = append(errs, c.validateCloud()...)
 	}
+	errs = append(errs, c.validateAPI()...)
 	errs = append(errs, c.validateCluster()...)
 	errs = append(errs, c.validateCNI()...)
 	errs = append(errs, c.validateDatapath()...)

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/allot-ipam/allot/core/agent"
-	"github.com/allot-ipam/allot/core/api/server"
 	"github.com/allot-ipam/allot/core/config"
 	"github.com/allot-ipam/allot/core/ipam"
 	"github.com/allot-ipam/allot/core/k8s/apis/allot/v1alpha1"
@@ -163,7 +162,7 @@ func NewAgent(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Age
 	if d.apiLn, err = listenAPI(cfg, log); err != nil {
 		return nil, err
 	}
-	d.apiSrv = server.New(serviceFor(cfg, d.manager, ag), log.With("component", "api"))
+	d.apiSrv = d.newAPIServer(serviceFor(cfg, d.manager, ag))
 	return ad, nil
 }
 

@@ -108,7 +108,7 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Daemon, 
 	if d.apiLn, err = listenAPI(cfg, log); err != nil {
 		return nil, err
 	}
-	d.apiSrv = server.New(d.manager, log.With("component", "api"))
+	d.apiSrv = d.newAPIServer(d.manager)
 	return d, nil
 }
 
@@ -123,6 +123,16 @@ func listenAPI(cfg *config.Config, log *slog.Logger) (net.Listener, error) {
 		a.Group = &server.Group{ID: sg.GID, Name: sg.Name}
 	}
 	return server.ListenAccess(cfg.Socket, a)
+}
+
+// newAPIServer is the local API server for svc with the admission limits of the api section
+// and their metrics.
+func (d *Daemon) newAPIServer(svc api.Service) *server.Server {
+	a := d.cfg.API
+	return server.NewWithOptions(svc, d.log.With("component", "api"), server.Options{
+		Limits:  server.Limits{MaxInFlight: a.MaxInFlight, MaxQueued: a.MaxQueued, QueueWait: a.QueueWait},
+		Metrics: server.NewMetrics(d.reg),
+	})
 }
 
 // What close does with the datapath.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/allot-ipam/allot/core/api"
 	"github.com/allot-ipam/allot/core/api/client"
+	"github.com/allot-ipam/allot/core/api/server"
 	"github.com/allot-ipam/allot/core/config"
 	"github.com/allot-ipam/allot/internal/benchutil"
 )
@@ -76,7 +77,7 @@ func TestServeAndGracefulShutdown(t *testing.T) {
 	if err != nil || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("socket mode: %v %v", fi.Mode(), err)
 	}
-	for path, want := range map[string]string{"/healthz": "ok", "/readyz": "ready", "/metrics": "allot_ipam_addresses_allocated_total"} {
+	for path, want := range map[string]string{"/healthz": "ok", "/readyz": "ready", "/metrics": "allot_ipam_addresses_allocated_total", "/metrics?api": "allot_api_requests_rejected_total"} {
 		resp, err := http.Get("http://" + d.HTTPAddr() + path)
 		if err != nil {
 			t.Fatal(err)
@@ -98,6 +99,15 @@ func TestServeAndGracefulShutdown(t *testing.T) {
 	got, err := c2.Check(ctx, &api.CheckRequest{Owner: api.Owner{ContainerID: "c1", IfName: "eth0"}})
 	if err != nil || got.IPs[0].Address != "10.5.0.1/24" {
 		t.Fatalf("after restart: %v %v", got, err)
+	}
+}
+
+// TestAPILimitsDefaults: allotd's default api section is the server's DefaultLimits, so the
+// daemon and other users of core/api/server mean the same by "the default".
+func TestAPILimitsDefaults(t *testing.T) {
+	a := config.Defaults().API
+	if got := (server.Limits{MaxInFlight: a.MaxInFlight, MaxQueued: a.MaxQueued, QueueWait: a.QueueWait}); got != server.DefaultLimits {
+		t.Fatalf("config api defaults %+v, server.DefaultLimits %+v", got, server.DefaultLimits)
 	}
 }
 

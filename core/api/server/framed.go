@@ -40,16 +40,31 @@ type Server struct {
 	conns   map[*framedConn]struct{}
 	connsWG sync.WaitGroup
 	workers workers
+	lim     *limiter
 }
 
-// New returns a server for svc.
+// Options tune a Server; the zero value means no admission limit and unregistered metrics.
+type Options struct {
+	Limits Limits
+	// Metrics, if set, count admissions and refusals (NewMetrics registers them).
+	Metrics *Metrics
+}
+
+// New returns a server for svc with DefaultLimits.
 func New(svc api.Service, log *slog.Logger) *Server {
+	return NewWithOptions(svc, log, Options{Limits: DefaultLimits})
+}
+
+// NewWithOptions returns a server for svc.
+func NewWithOptions(svc api.Service, log *slog.Logger, o Options) *Server {
+	lim := newLimiter(o.Limits, o.Metrics)
 	return &Server{
 		svc:     svc,
 		log:     log,
-		http:    NewHTTPServer(Handler(svc, log)),
+		http:    NewHTTPServer(newHandler(svc, log, lim)),
 		conns:   map[*framedConn]struct{}{},
 		workers: workers{idle: make(chan func())},
+		lim:     lim,
 	}
 }
 
@@ -216,6 +231,14 @@ func (fc *framedConn) serve() {
 		fc.wg.Add(1)
 		fc.s.workers.run(func() {
 			defer func() { <-fc.sem; fc.wg.Done() }()
+			// Admission happens here, not in the reader: a request waiting for a slot must
+			// not hold up the connection's other requests, nor the reading of its close.
+			release, err := fc.s.lim.acquire(ctx)
+			if err != nil {
+				fc.answerError(id, op, err)
+				return
+			}
+			defer release()
 			fc.run(ctx, id, op, call)
 		})
 	}

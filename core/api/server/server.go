@@ -21,9 +21,12 @@ import (
 // leave room for tens of thousands of them, but refuse unbounded input.
 const maxBody = 8 << 20
 
-// Handler returns the HTTP handler of the local API.
-func Handler(svc api.Service, log *slog.Logger) http.Handler {
-	h := &handler{svc: svc, log: log}
+// Handler returns the HTTP handler of the local API, without admission control (Server
+// adds its Limits).
+func Handler(svc api.Service, log *slog.Logger) http.Handler { return newHandler(svc, log, nil) }
+
+func newHandler(svc api.Service, log *slog.Logger, lim *limiter) http.Handler {
+	h := &handler{svc: svc, log: log, lim: lim}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/allocate", post(h, svc.Allocate))
 	mux.HandleFunc("POST /v1/check", post(h, svc.Check))
@@ -50,6 +53,7 @@ func Handler(svc api.Service, log *slog.Logger) http.Handler {
 type handler struct {
 	svc api.Service
 	log *slog.Logger
+	lim *limiter
 }
 
 func post[Req, Resp any](h *handler, fn func(context.Context, *Req) (Resp, error)) http.HandlerFunc {
@@ -61,6 +65,12 @@ func post[Req, Resp any](h *handler, fn func(context.Context, *Req) (Resp, error
 			h.writeError(w, r, api.InvalidField("body", "cannot decode request: %v", err))
 			return
 		}
+		release, err := h.lim.acquire(r.Context())
+		if err != nil {
+			h.writeError(w, r, err)
+			return
+		}
+		defer release()
 		resp, err := fn(r.Context(), &req)
 		if err != nil {
 			h.writeError(w, r, err)
@@ -72,6 +82,12 @@ func post[Req, Resp any](h *handler, fn func(context.Context, *Req) (Resp, error
 
 func get[Resp any](h *handler, fn func(context.Context) (Resp, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
+		release, err := h.lim.acquire(r.Context())
+		if err != nil {
+			h.writeError(w, r, err)
+			return
+		}
+		defer release()
 		resp, err := fn(r.Context())
 		if err != nil {
 			h.writeError(w, r, err)

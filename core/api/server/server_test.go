@@ -23,6 +23,8 @@ type svc struct {
 	mu     sync.Mutex
 	allocs map[api.Owner]*api.Allocation
 	gate   chan struct{}
+	// entered, if set, receives a value when an Allocate starts waiting for gate.
+	entered chan struct{}
 }
 
 func (s *svc) Allocate(ctx context.Context, r *api.AllocateRequest) (*api.Allocation, error) {
@@ -30,6 +32,9 @@ func (s *svc) Allocate(ctx context.Context, r *api.AllocateRequest) (*api.Alloca
 		return nil, err
 	}
 	if s.gate != nil {
+		if s.entered != nil {
+			s.entered <- struct{}{}
+		}
 		<-s.gate
 	}
 	s.mu.Lock()
@@ -75,18 +80,29 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 func serve(t *testing.T, s api.Service) (string, *server.Server) {
 	t.Helper()
+	return serveOpts(t, s, server.Options{Limits: server.DefaultLimits})
+}
+
+// serveOpts serves s on a socket of its own until the test ends.
+func serveOpts(t *testing.T, s api.Service, o server.Options) (string, *server.Server) {
+	t.Helper()
 	sock := filepath.Join(t.TempDir(), "a.sock")
 	l, err := server.Listen(sock)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return sock, serveOn(t, l, s)
+	return sock, serveOnOpts(t, l, s, o)
 }
 
 // serveOn serves s on l until the test ends.
 func serveOn(t *testing.T, l net.Listener, s api.Service) *server.Server {
 	t.Helper()
-	srv := server.New(s, quiet)
+	return serveOnOpts(t, l, s, server.Options{Limits: server.DefaultLimits})
+}
+
+func serveOnOpts(t *testing.T, l net.Listener, s api.Service, o server.Options) *server.Server {
+	t.Helper()
+	srv := server.NewWithOptions(s, quiet, o)
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(l) }()
 	t.Cleanup(func() {
