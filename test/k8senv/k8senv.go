@@ -9,6 +9,8 @@
 //
 // Every process runs in its own process group with a parent-death signal, so nothing outlives
 // a test binary that crashes or is killed; Stop kills them and removes the temp directory.
+// kube-apiserver and etcd can each be stopped and started again (same ports, data and
+// credentials) to test how clients ride out an outage.
 package k8senv
 
 import (
@@ -43,6 +45,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -127,6 +131,7 @@ type Env struct {
 	opts      Options
 	bin       string
 	etcdURL   string
+	etcdArgs  []string
 	apiPort   int
 	token     string
 	apiArgs   []string
@@ -266,16 +271,32 @@ func (e *Env) startEtcd(ctx context.Context) error {
 		"--log-level=error",
 	}
 	_ = os.RemoveAll(filepath.Join(e.Dir, "etcd")) // a failed attempt's data
-	p, err := e.spawn("etcd", args)
-	if err != nil {
-		return err
-	}
-	e.etcd = p
-	if err := waitHTTP(ctx, p, nil, e.etcdURL+"/health", ""); err != nil {
-		p.stop(5 * time.Second)
+	e.etcdArgs = args
+	if err := e.StartEtcd(ctx); err != nil {
+		e.StopEtcd()
 		return err
 	}
 	return nil
+}
+
+// StartEtcd starts etcd (again, after StopEtcd) on the same ports with the same data, and
+// waits until /health answers OK. kube-apiserver reconnects by itself.
+func (e *Env) StartEtcd(ctx context.Context) error {
+	p, err := e.startChild(&e.etcd, "etcd", e.etcdArgs)
+	if err != nil {
+		return err
+	}
+	return waitHTTP(ctx, p, nil, e.etcdURL+"/health", "")
+}
+
+// StopEtcd stops etcd (SIGTERM, then SIGKILL after 10 s); kube-apiserver keeps running and
+// fails what needs storage until etcd is back.
+func (e *Env) StopEtcd() { e.stopChild(&e.etcd) }
+
+// RestartEtcd stops and starts etcd.
+func (e *Env) RestartEtcd(ctx context.Context) error {
+	e.StopEtcd()
+	return e.StartEtcd(ctx)
 }
 
 func (e *Env) prepareAPIServer() error {
@@ -339,25 +360,35 @@ func (e *Env) prepareAPIServer() error {
 // StartAPIServer starts kube-apiserver (again, after StopAPIServer) on the same port with the
 // same certificates and etcd, and waits until /readyz answers OK.
 func (e *Env) StartAPIServer(ctx context.Context) error {
-	e.mu.Lock()
-	if e.apiserver != nil && !e.apiserver.exited() {
-		e.mu.Unlock()
-		return errors.New("k8senv: kube-apiserver is already running")
-	}
-	p, err := e.spawn("kube-apiserver", e.apiArgs)
+	p, err := e.startChild(&e.apiserver, "kube-apiserver", e.apiArgs)
 	if err != nil {
-		e.mu.Unlock()
 		return err
 	}
-	e.apiserver = p
-	e.mu.Unlock()
 	return waitHTTP(ctx, p, &tls.Config{InsecureSkipVerify: true}, e.Config.Host+"/readyz", e.token) //nolint:gosec // test server
 }
 
 // StopAPIServer stops kube-apiserver (SIGTERM, then SIGKILL after 10 s); etcd keeps running.
-func (e *Env) StopAPIServer() {
+func (e *Env) StopAPIServer() { e.stopChild(&e.apiserver) }
+
+// startChild starts the process of slot (e.etcd or e.apiserver) unless it runs.
+func (e *Env) startChild(slot **proc, name string, args []string) (*proc, error) {
 	e.mu.Lock()
-	p := e.apiserver
+	defer e.mu.Unlock()
+	if *slot != nil && !(*slot).exited() {
+		return nil, fmt.Errorf("k8senv: %s is already running", name)
+	}
+	p, err := e.spawn(name, args)
+	if err != nil {
+		return nil, err
+	}
+	*slot = p
+	return p, nil
+}
+
+// stopChild stops the process of slot, if any (SIGTERM, then SIGKILL after 10 s).
+func (e *Env) stopChild(slot **proc) {
+	e.mu.Lock()
+	p := *slot
 	e.mu.Unlock()
 	if p != nil {
 		p.stop(10 * time.Second)
@@ -384,6 +415,22 @@ func (e *Env) Stop() {
 	if e.Dir != "" {
 		_ = os.RemoveAll(e.Dir)
 	}
+}
+
+// WriteKubeconfig writes a kubeconfig for Config (admin token, the server's self-signed
+// certificate accepted) to path, for processes such as allotd that read one. It stays valid
+// across restarts of kube-apiserver, which keeps its port, certificates and token.
+func (e *Env) WriteKubeconfig(path string) error {
+	c := e.Config
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["k8senv"] = &clientcmdapi.Cluster{Server: c.Host, InsecureSkipTLSVerify: c.Insecure, CertificateAuthorityData: c.CAData}
+	kc.AuthInfos["k8senv"] = &clientcmdapi.AuthInfo{Token: c.BearerToken, ClientCertificateData: c.CertData, ClientKeyData: c.KeyData}
+	kc.Contexts["k8senv"] = &clientcmdapi.Context{Cluster: "k8senv", AuthInfo: "k8senv"}
+	kc.CurrentContext = "k8senv"
+	if err := clientcmd.WriteToFile(*kc, path); err != nil {
+		return fmt.Errorf("k8senv: write kubeconfig: %w", err)
+	}
+	return nil
 }
 
 // Client returns a controller-runtime client (built-in types and allot.io) for Config.
@@ -457,11 +504,24 @@ func spawner() {
 	}
 }
 
-func (e *Env) spawn(name string, args []string) (*proc, error) {
+// Spawn starts cmd from the harness's spawner thread, in its own process group and with
+// SIGKILL as its parent-death signal (unless cmd.SysProcAttr is set), so it dies with the
+// test binary even if that is killed: for tests that start and kill their own processes
+// (allotd) many times.
+func Spawn(cmd *exec.Cmd) error {
 	spawnOnce.Do(func() {
 		spawnCh = make(chan spawnReq)
 		go spawner()
 	})
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	}
+	res := make(chan error)
+	spawnCh <- spawnReq{cmd: cmd, res: res}
+	return <-res
+}
+
+func (e *Env) spawn(name string, args []string) (*proc, error) {
 	logf, err := os.OpenFile(filepath.Join(e.Dir, name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("k8senv: %s log: %w", name, err)
@@ -473,10 +533,7 @@ func (e *Env) spawn(name string, args []string) (*proc, error) {
 	}
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.Dir = e.Dir
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	res := make(chan error)
-	spawnCh <- spawnReq{cmd: cmd, res: res}
-	if err := <-res; err != nil {
+	if err := Spawn(cmd); err != nil {
 		logf.Close()
 		return nil, fmt.Errorf("k8senv: start %s: %w", name, err)
 	}

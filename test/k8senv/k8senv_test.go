@@ -11,6 +11,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	allotv1 "github.com/allot-ipam/allot/core/k8s/apis/allot/v1alpha1"
@@ -125,6 +126,69 @@ func TestRestartAPIServer(t *testing.T) {
 	}
 	if err := c.Get(ctx, client.ObjectKeyFromObject(cm), cm); err != nil {
 		t.Fatalf("after restart: %v", err)
+	}
+}
+
+// TestRestartEtcd stops and starts etcd under a running API server: the data survives, and
+// the API server serves again without being restarted itself.
+func TestRestartEtcd(t *testing.T) {
+	env := k8senv.Start(t, k8senv.Options{CRDDir: "-"})
+	c, err := env.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cm := newConfigMap("survives-etcd")
+	if err := c.Create(ctx, cm); err != nil {
+		t.Fatal(err)
+	}
+	env.StopEtcd()
+	// The API server holds a write while etcd is away until its own timeout; 5 s tells.
+	dctx, dcancel := context.WithTimeout(ctx, 5*time.Second)
+	err = c.Create(dctx, newConfigMap("while-down"))
+	dcancel()
+	if err == nil {
+		t.Fatal("the API server stored an object while etcd was stopped")
+	}
+	if err := env.StartEtcd(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The API server's etcd client reconnects with backoff.
+	for {
+		err := c.Get(ctx, client.ObjectKeyFromObject(cm), cm)
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("after the etcd restart: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err := c.Create(ctx, newConfigMap("after-etcd")); err != nil {
+		t.Fatalf("create after the etcd restart: %v", err)
+	}
+}
+
+// TestWriteKubeconfig: a client built from the written kubeconfig reaches the API server.
+func TestWriteKubeconfig(t *testing.T) {
+	env := k8senv.Start(t, k8senv.Options{CRDDir: "-"})
+	p := t.TempDir() + "/kubeconfig"
+	if err := env.WriteKubeconfig(p); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(cfg, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := c.Create(ctx, newConfigMap("from-kubeconfig")); err != nil {
+		t.Fatal(err)
 	}
 }
 
