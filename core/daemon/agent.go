@@ -116,7 +116,8 @@ func NewAgent(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Age
 		Mode:          cfg.Mode,
 		// Multi-pool blocks carry their pods' gateway (a bridge's address); ENI
 		// addresses come as host blocks presented with their subnet's router instead.
-		Dynamic:    &ipam.DynamicOptions{Node: cfg.Cluster.NodeName, Wait: cfg.Cluster.PendingTimeout, BlockGateway: !cfg.Cluster.ENI.Enabled()},
+		Dynamic: &ipam.DynamicOptions{Node: cfg.Cluster.NodeName, Wait: cfg.Cluster.PendingTimeout, BlockGateway: !cfg.Cluster.ENI.Enabled(),
+			Ready: ag.NodeRead()},
 		PodContext: ag.PodContext,
 		OnChange: func() {
 			ag.Trigger()

@@ -52,6 +52,37 @@ type DynamicOptions struct {
 	// as host-local does with its ranges' default gateway. The operator counts a block's
 	// addresses the same way (core/operator addrs).
 	BlockGateway bool
+	// Ready, if set, is closed once the node's pools are known (the agent has read its
+	// AllotNode). Until then a new ADD waits for it, up to Wait: before it the manager has
+	// no pool at all, and the policy would answer "no pool" (CNI error 103, a configuration
+	// error to the runtime) for a pod that a moment later gets an address. An ADD of an owner
+	// that already holds addresses (restored from the store) is answered without waiting.
+	Ready <-chan struct{}
+}
+
+// waitReady waits until the node's pools are known (DynamicOptions.Ready), up to Wait or
+// ctx; then the runtime hears "try again later".
+func (m *Manager) waitReady(ctx context.Context) error {
+	d := m.opts.Dynamic
+	if d == nil || d.Ready == nil {
+		return nil
+	}
+	select {
+	case <-d.Ready:
+		return nil
+	default:
+	}
+	begin := time.Now()
+	t := time.NewTimer(d.Wait)
+	defer t.Stop()
+	select {
+	case <-d.Ready:
+		return nil
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return api.Errorf(api.CodeUnavailable, "node %s: its pools are not known yet (the agent has not read its node's blocks from the API server); the request ended after %s waiting",
+		d.Node, time.Since(begin).Round(time.Millisecond))
 }
 
 // BlockGateway is the gateway AddCIDR reserves in block c with DynamicOptions.BlockGateway:

@@ -27,6 +27,7 @@ type dynRig struct {
 	changes      atomic.Int64
 	annot        map[string]string // pod name -> pool annotation
 	wait         time.Duration
+	ready        chan struct{} // DynamicOptions.Ready; nil: none
 }
 
 func newDynRig(t testing.TB, wait time.Duration) *dynRig {
@@ -50,7 +51,7 @@ func (r *dynRig) open() {
 	m, err := New(context.Background(), Options{
 		Store: st, Logger: quiet,
 		Policy:  func(string) policy.PoolPolicy { return pol },
-		Dynamic: &DynamicOptions{Node: "node-a", Wait: r.wait, BlockGateway: r.blockGateway},
+		Dynamic: &DynamicOptions{Node: "node-a", Wait: r.wait, BlockGateway: r.blockGateway, Ready: r.ready},
 		PodContext: func(_ context.Context, req *policy.PodRequest) error {
 			if req.Pod.Name == "missing" {
 				return api.Errorf(api.CodeUnavailable, "pod %s not found", req.Pod.Name)
@@ -180,6 +181,45 @@ func TestDynamicWaitsForBlock(t *testing.T) {
 	}
 	if u := usageOf(r.m, "blue", policy.IPv4); u.Pending != 0 || u.Used != 1 {
 		t.Fatalf("usage after: %+v", u)
+	}
+}
+
+// TestDynamicWaitsUntilReady: after a restart, before the agent has read its node's blocks
+// the manager knows no pool. A new ADD then waits for Ready (and is served once the pools
+// are there) instead of failing with "no pool"; if Ready does not come in time, it fails
+// with "try again later"; an owner restored from the store is answered at once.
+func TestDynamicWaitsUntilReady(t *testing.T) {
+	r := newDynRig(t, 10*time.Second)
+	mustNoErr(t, r.m.AddCIDR("default", pfx("10.1.0.0/24")))
+	held, err := r.m.Allocate(context.Background(), podAdd("c0", "p0"))
+	mustNoErr(t, err)
+	r.ready = make(chan struct{})
+	r.restart()
+
+	again, err := r.m.Allocate(context.Background(), podAdd("c0", "p0"))
+	if err != nil || again.IPs[0].Address != held.IPs[0].Address {
+		t.Fatalf("restored owner before ready: %+v %v", again, err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := r.m.Allocate(context.Background(), podAdd("c1", "p1"))
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		t.Fatalf("a new ADD returned before the pools were known: %v", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	mustNoErr(t, r.m.AddCIDR("default", pfx("10.1.0.0/24")))
+	close(r.ready)
+	mustNoErr(t, <-done)
+
+	r2 := newDynRig(t, 50*time.Millisecond)
+	r2.ready = make(chan struct{})
+	r2.restart()
+	_, err = r2.m.Allocate(context.Background(), podAdd("c1", "p1"))
+	if api.CodeOf(err) != api.CodeUnavailable || !strings.Contains(err.Error(), "node node-a: its pools are not known yet") {
+		t.Fatalf("not ready in time: %v %v", api.CodeOf(err), err)
 	}
 }
 

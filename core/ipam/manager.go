@@ -284,14 +284,19 @@ func (m *Manager) allocate(ctx context.Context, req *api.AllocateRequest) (*api.
 		defer m.done(owner)
 		return m.allocationOf(h.rec), nil
 	}
-	views := m.poolViewsLocked()
-	m.mu.Unlock()
-
 	release := func() {
 		m.mu.Lock()
 		m.done(owner)
 		m.mu.Unlock()
 	}
+	m.mu.Unlock()
+	if err := m.waitReady(ctx); err != nil {
+		release()
+		return nil, err
+	}
+	m.mu.Lock()
+	views := m.poolViewsLocked()
+	m.mu.Unlock()
 
 	decision, err := m.decide(ctx, req, views)
 	if err != nil {
