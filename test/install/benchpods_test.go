@@ -123,7 +123,7 @@ func podStarts(ctx context.Context, c *realnode.Cluster, name string) (startStat
 	if err != nil {
 		return startStats{}, err
 	}
-	defer w.Stop()
+	defer func() { w.Stop() }()
 	created := make(map[string]time.Time, benchPods)
 	var mu sync.Mutex
 	no := false
@@ -161,7 +161,12 @@ func podStarts(ctx context.Context, c *realnode.Cluster, name string) (startStat
 		select {
 		case ev, ok := <-w.ResultChan():
 			if !ok {
-				return startStats{}, fmt.Errorf("%s: watch closed with %d of %d Running", name, len(running), benchPods)
+				// The API server ends watches when it likes; a new one (no resourceVersion)
+				// starts with every pod's current state, so nothing is missed.
+				if w, err = pods.Watch(ctx, metav1.ListOptions{LabelSelector: "bench=" + name}); err != nil {
+					return startStats{}, fmt.Errorf("%s: watch closed with %d of %d Running: %w", name, len(running), benchPods, err)
+				}
+				continue
 			}
 			p, isPod := ev.Object.(*corev1.Pod)
 			if !isPod || ev.Type == watch.Deleted || p.Status.Phase != corev1.PodRunning {
