@@ -440,7 +440,13 @@ func (e *Env) Client() (client.Client, error) {
 
 // LogTail returns the last n lines of a process's log ("etcd" or "kube-apiserver").
 func (e *Env) LogTail(name string, n int) string {
-	b, err := os.ReadFile(filepath.Join(e.Dir, name+".log"))
+	return TailFile(filepath.Join(e.Dir, name+".log"), n)
+}
+
+// TailFile returns the last n lines of a file ("" when it cannot be read): a component's
+// log for a test failure's message.
+func TailFile(path string, n int) string {
+	b, err := os.ReadFile(path)
 	if err != nil {
 		return ""
 	}

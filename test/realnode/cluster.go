@@ -284,7 +284,7 @@ func (c *Cluster) add(p *proc) {
 
 // LogTail is the last n lines of a component's log (kubelet, containerd, kube-apiserver, ...).
 func (c *Cluster) LogTail(component string, n int) string {
-	return tailFile(filepath.Join(c.Dir, "logs", component+".log"), n)
+	return k8senv.TailFile(filepath.Join(c.Dir, "logs", component+".log"), n)
 }
 
 // PodLog reads a container's log from the kubelet's pod logs directory (kubectl logs cannot
@@ -452,18 +452,6 @@ func freePorts(n int) ([]int, error) {
 
 func b64(b []byte) string { return base64.StdEncoding.EncodeToString(b) }
 
-func tailFile(path string, n int) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return ""
-	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
-
 // containerd 1.6's CRI configuration (version 2): restrict_oom_score_adj because runc cannot
 // set a negative oom_score_adj without CAP_SYS_RESOURCE, which small VMs lack; cgroupfs
 // because there may be no systemd.
@@ -616,10 +604,10 @@ func waitHTTP(ctx context.Context, p *proc, url, token string, caPEM []byte) err
 			last = err.Error()
 		}
 		if p.exited() {
-			return fmt.Errorf("realnode: %s exited (%v) before it was ready:\n%s", p.name, p.err, tailFile(p.log, 30))
+			return fmt.Errorf("realnode: %s exited (%v) before it was ready:\n%s", p.name, p.err, k8senv.TailFile(p.log, 30))
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("realnode: %s not ready at %s: %s\n%s", p.name, url, last, tailFile(p.log, 30))
+			return fmt.Errorf("realnode: %s not ready at %s: %s\n%s", p.name, url, last, k8senv.TailFile(p.log, 30))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -634,10 +622,10 @@ func waitCmd(ctx context.Context, p *proc, name string, args ...string) error {
 			return nil
 		}
 		if p.exited() {
-			return fmt.Errorf("realnode: %s exited (%v) before it was ready:\n%s", p.name, p.err, tailFile(p.log, 30))
+			return fmt.Errorf("realnode: %s exited (%v) before it was ready:\n%s", p.name, p.err, k8senv.TailFile(p.log, 30))
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("realnode: %s not ready: %v %s\n%s", p.name, err, out, tailFile(p.log, 30))
+			return fmt.Errorf("realnode: %s not ready: %v %s\n%s", p.name, err, out, k8senv.TailFile(p.log, 30))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
