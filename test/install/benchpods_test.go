@@ -32,19 +32,7 @@ func BenchmarkPodStart(b *testing.B) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 	work := b.TempDir()
-	testImages, err := realnode.BuildImages(ctx, work)
-	if err != nil {
-		b.Fatal(err)
-	}
-	logf, err := os.Create(filepath.Join(work, "cluster.log"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer logf.Close()
-	c, err := realnode.Start(ctx, realnode.Options{Images: []string{env.imageTar, testImages}, Log: logf})
-	if err != nil {
-		b.Fatal(err)
-	}
+	c := startNode(ctx, b, work)
 	defer func() {
 		if err := c.Stop(context.Background()); err != nil {
 			b.Errorf("cluster stop: %v", err)

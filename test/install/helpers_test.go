@@ -552,3 +552,24 @@ func sweepAllot(t *testing.T) {
 	_ = os.RemoveAll("/sys/fs/bpf/allot")
 	_ = exec.Command("ip", "link", "del", "allot0").Run()
 }
+
+// startNode starts a one-node cluster with allot's image and the test images loaded, its
+// components' output in work/cluster.log. The caller stops it (after reading what it needs
+// for a failure's report).
+func startNode(ctx context.Context, tb testing.TB, work string) *realnode.Cluster {
+	tb.Helper()
+	testImages, err := realnode.BuildImages(ctx, work)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	logf, err := os.Create(filepath.Join(work, "cluster.log"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { logf.Close() })
+	c, err := realnode.Start(ctx, realnode.Options{Images: []string{env.imageTar, testImages}, Log: logf})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return c
+}

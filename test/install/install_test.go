@@ -33,19 +33,7 @@ func TestInstallOnRealNode(t *testing.T) {
 	defer cancel()
 	work := t.TempDir()
 
-	testImages, err := realnode.BuildImages(ctx, work)
-	if err != nil {
-		t.Fatal(err)
-	}
-	logf, err := os.Create(filepath.Join(work, "cluster.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer logf.Close()
-	c, err := realnode.Start(ctx, realnode.Options{Images: []string{env.imageTar, testImages}, Log: logf})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := startNode(ctx, t, work)
 	n := &node{t: t, c: c, ctx: ctx}
 	defer func() {
 		if t.Failed() {
