@@ -77,6 +77,11 @@ func (c *Config) StoreOnCorruption() string {
 type HTTPConfig struct {
 	// Address serves /healthz, /readyz and /metrics; empty disables it.
 	Address string `koanf:"address"`
+	// MetricsAddress serves /metrics alone, on any address (":9962" listens on every
+	// one), for a Prometheus outside the node, as Cilium's prometheus.serveAddr; empty
+	// disables it. Health stays on loopback: a probe answer says nothing worth exposing,
+	// but kept off the network it cannot be scraped or abused either.
+	MetricsAddress string `koanf:"metricsAddress"`
 }
 
 // LogConfig sets up log/slog.

@@ -21,27 +21,29 @@ const EnvPrefix = "ALLOT_"
 
 // flagKeys maps command-line flags to configuration keys.
 var flagKeys = map[string]string{
-	"socket":       "socket",
-	"socket-group": "socketGroup",
-	"store-path":   "store.path",
-	"http-address": "http.address",
-	"log-level":    "log.level",
-	"log-format":   "log.format",
+	"socket":          "socket",
+	"socket-group":    "socketGroup",
+	"store-path":      "store.path",
+	"http-address":    "http.address",
+	"metrics-address": "http.metricsAddress",
+	"log-level":       "log.level",
+	"log-format":      "log.format",
 }
 
 // envKeys maps the environment variables we accept (after the prefix) to keys. An explicit
 // table, rather than a generic "_ becomes ." rule, because keys are camelCase and a typo
 // in a variable name should be reported, not silently ignored.
 var envKeys = map[string]string{
-	"MODE":                "mode",
-	"SOCKET":              "socket",
-	"SOCKET_GROUP":        "socketGroup",
-	"STORE_PATH":          "store.path",
-	"STORE_NOSYNC":        "store.noSync",
-	"STORE_ON_CORRUPTION": "store.onCorruption",
-	"HTTP_ADDRESS":        "http.address",
-	"LOG_LEVEL":           "log.level",
-	"LOG_FORMAT":          "log.format",
+	"MODE":                 "mode",
+	"SOCKET":               "socket",
+	"SOCKET_GROUP":         "socketGroup",
+	"STORE_PATH":           "store.path",
+	"STORE_NOSYNC":         "store.noSync",
+	"STORE_ON_CORRUPTION":  "store.onCorruption",
+	"HTTP_ADDRESS":         "http.address",
+	"HTTP_METRICS_ADDRESS": "http.metricsAddress",
+	"LOG_LEVEL":            "log.level",
+	"LOG_FORMAT":           "log.format",
 }
 
 // otherEnv are ALLOT_* variables read by other parts (allotd's --config, the test harness
@@ -55,6 +57,7 @@ func RegisterFlags(fs *pflag.FlagSet) {
 	fs.String("socket-group", d.SocketGroup, "group (name or gid) whose members may use the local API besides root")
 	fs.String("store-path", d.Store.Path, "path of the embedded store file")
 	fs.String("http-address", d.HTTP.Address, "address of /healthz, /readyz and /metrics (empty disables)")
+	fs.String("metrics-address", d.HTTP.MetricsAddress, "address of /metrics alone, any interface (empty disables)")
 	fs.String("log-level", d.Log.Level, "log level: debug, info, warn, error")
 	fs.String("log-format", d.Log.Format, "log format: text or json")
 }

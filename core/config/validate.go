@@ -4,10 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/netip"
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -52,6 +54,13 @@ func (c *Config) Validate() error {
 			add("http.address", "%q is not host:port with an IP address: %v", a, err)
 		} else if !ap.Addr().IsLoopback() {
 			add("http.address", "%s is not a loopback address; /metrics and /healthz are served only on loopback", a)
+		}
+	}
+	if a := c.HTTP.MetricsAddress; a != "" {
+		if err := validListenAddress(a); err != nil {
+			add("http.metricsAddress", "%v", err)
+		} else if a == c.HTTP.Address && !strings.HasSuffix(a, ":0") {
+			add("http.metricsAddress", "%s is http.address too; give the metrics listener its own port", a)
 		}
 	}
 	if _, err := ParseLevel(c.Log.Level); err != nil {
@@ -309,3 +318,21 @@ func ParseLevel(s string) (slog.Level, error) {
 }
 
 func sortStrings(s []string) { sort.Strings(s) }
+
+// validListenAddress accepts host:port with an IP address or an empty host (every address)
+// and a port number.
+func validListenAddress(a string) error {
+	host, port, err := net.SplitHostPort(a)
+	if err != nil {
+		return fmt.Errorf("%q is not host:port: %v", a, err)
+	}
+	if host != "" {
+		if _, err := netip.ParseAddr(host); err != nil {
+			return fmt.Errorf("%q: host %q is not an IP address", a, host)
+		}
+	}
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		return fmt.Errorf("%q: port %q is not a number from 0 to 65535", a, port)
+	}
+	return nil
+}

@@ -65,6 +65,7 @@ type Daemon struct {
 	apiSrv  *server.Server
 	httpLn  net.Listener
 	httpSrv *http.Server
+	metrics *metricsServer
 }
 
 // New prepares the daemon: opens the store, restores allocations, loads plugins and opens
@@ -159,6 +160,9 @@ func (d *Daemon) openBase(ctx context.Context) (err error) {
 	if d.httpLn, err = d.listenHTTP(); err != nil {
 		return err
 	}
+	if d.metrics, err = listenMetrics(d.cfg.HTTP.MetricsAddress, d.reg); err != nil {
+		return err
+	}
 	if d.store, err = d.openStore(ctx); err != nil {
 		return err
 	}
@@ -183,8 +187,9 @@ func (d *Daemon) HTTPAddr() string {
 // Serve answers on the API socket and the health listener until ctx is done, then shuts
 // down gracefully.
 func (d *Daemon) Serve(ctx context.Context) error {
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
 	go func() { errc <- serveUntilClosed(d.apiSrv, d.apiLn) }()
+	d.metrics.serve(errc)
 	if d.httpLn != nil {
 		d.httpSrv = &http.Server{Handler: d.healthHandler(), ReadHeaderTimeout: 5 * time.Second}
 		go func() { errc <- serveUntilClosed(d.httpSrv, d.httpLn) }()
@@ -193,7 +198,7 @@ func (d *Daemon) Serve(ctx context.Context) error {
 		go d.datapath.Run(ctx)
 	}
 	d.ready.Store(true)
-	d.log.Info("allotd serving", "version", Version, "mode", d.cfg.Mode, "socket", d.cfg.Socket, "http", d.HTTPAddr(), "store", d.cfg.Store.Path)
+	d.log.Info("allotd serving", "version", Version, "mode", d.cfg.Mode, "socket", d.cfg.Socket, "http", d.HTTPAddr(), "metrics", d.metrics.Addr(), "store", d.cfg.Store.Path)
 
 	var err error
 	select {
@@ -253,6 +258,7 @@ func (d *Daemon) close(ctx context.Context) error {
 	} else if d.httpLn != nil {
 		errs = append(errs, d.httpLn.Close())
 	}
+	errs = append(errs, d.metrics.shutdown(ctx))
 	err := errors.Join(errs...)
 	if err == nil {
 		d.log.Info("allotd stopped")

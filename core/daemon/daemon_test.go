@@ -19,6 +19,7 @@ import (
 	"github.com/allot-ipam/allot/core/api/server"
 	"github.com/allot-ipam/allot/core/config"
 	"github.com/allot-ipam/allot/internal/benchutil"
+	"github.com/allot-ipam/allot/internal/metricslint"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -190,5 +191,44 @@ func BenchmarkAPIAllocate(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// TestMetricsListener: http.metricsAddress serves /metrics and nothing else, and what it
+// serves passes Prometheus' linter.
+func TestMetricsListener(t *testing.T) {
+	cfg := testConfig(t, "10.5.0.0/24", true)
+	cfg.HTTP.MetricsAddress = "127.0.0.1:0"
+	d, c, stop := start(t, cfg)
+	ctx := context.Background()
+	owner := api.Owner{ContainerID: "c1", IfName: "eth0"}
+	if _, err := c.Allocate(ctx, &api.AllocateRequest{Owner: owner, Network: "n"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Release(ctx, &api.ReleaseRequest{Owner: owner}); err != nil {
+		t.Fatal(err)
+	}
+	base := "http://" + d.metrics.Addr()
+	code, body := get(t, base+"/metrics")
+	if code != 200 || !strings.Contains(body, "allot_ipam_addresses_allocated_total") || !strings.Contains(body, "allot_store_commits_total") {
+		t.Fatalf("/metrics on the metrics listener: %d %.300q", code, body)
+	}
+	problems, err := metricslint.Text(strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("promlint: %s", p)
+	}
+	for _, path := range []string{"/healthz", "/readyz"} {
+		if code, _ := get(t, base+path); code != http.StatusNotFound {
+			t.Errorf("%s on the metrics listener: %d, want 404 (health stays on loopback)", path, code)
+		}
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := http.Get(base + "/metrics"); err == nil {
+		t.Fatal("the metrics listener still answers after stop")
 	}
 }

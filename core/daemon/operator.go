@@ -30,8 +30,10 @@ type OperatorDaemon struct {
 	reg    *prometheus.Registry
 	opts   operator.Options
 	httpLn net.Listener
-	leader atomic.Bool
-	ready  atomic.Bool
+	// metrics serves /metrics off loopback when http.metricsAddress is set.
+	metrics *metricsServer
+	leader  atomic.Bool
+	ready   atomic.Bool
 	// closeBackend stops the ENI mode's cloud backend plugin, if one was started.
 	closeBackend func(context.Context) error
 }
@@ -72,6 +74,13 @@ func NewOperator(cfg *config.Config, log *slog.Logger) (*OperatorDaemon, error) 
 			d.closeENIBackend()
 			return nil, fmt.Errorf("http.address: %w", err)
 		}
+	}
+	if d.metrics, err = listenMetrics(cfg.HTTP.MetricsAddress, d.reg); err != nil {
+		if d.httpLn != nil {
+			_ = d.httpLn.Close()
+		}
+		d.closeENIBackend()
+		return nil, err
 	}
 	return d, nil
 }
@@ -199,7 +208,8 @@ func RunOperator(ctx context.Context, cfg *config.Config, log *slog.Logger) erro
 // leader is still ready: it stands by to take over.
 func (d *OperatorDaemon) Serve(ctx context.Context) error {
 	var srv *http.Server
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
+	d.metrics.serve(errc)
 	if d.httpLn != nil {
 		srv = &http.Server{Handler: d.healthHandler(), ReadHeaderTimeout: 5 * time.Second}
 		go func() { errc <- serveUntilClosed(srv, d.httpLn) }()
@@ -209,7 +219,7 @@ func (d *OperatorDaemon) Serve(ctx context.Context) error {
 	done := make(chan error, 1)
 	go func() { done <- operator.Run(octx, d.opts) }()
 	d.ready.Store(true)
-	d.log.Info("allotd serving", "version", Version, "mode", d.cfg.Mode, "http", d.HTTPAddr(),
+	d.log.Info("allotd serving", "version", Version, "mode", d.cfg.Mode, "http", d.HTTPAddr(), "metrics", d.metrics.Addr(),
 		"lease", d.opts.Namespace+"/"+d.opts.LeaseName)
 	var err error
 	select {
@@ -224,11 +234,12 @@ func (d *OperatorDaemon) Serve(ctx context.Context) error {
 	}
 	d.ready.Store(false)
 	d.closeENIBackend()
+	sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownGrace)
+	defer scancel()
 	if srv != nil {
-		sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownGrace)
-		defer scancel()
 		err = errors.Join(err, srv.Shutdown(sctx))
 	}
+	err = errors.Join(err, d.metrics.shutdown(sctx))
 	d.log.Info("allotd stopped")
 	return err
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/allot-ipam/allot/core/config"
+	"github.com/allot-ipam/allot/internal/metricslint"
 	"github.com/allot-ipam/allot/test/k8senv"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -48,7 +49,7 @@ func TestOperatorMode(t *testing.T) {
 	env := k8senv.Start(t)
 	kc := writeKubeconfig(t, env.Config)
 	path := filepath.Join(t.TempDir(), "allotd.yaml")
-	body := "mode: operator\nhttp: {address: 127.0.0.1:0}\ncluster:\n  kubeconfig: " + kc +
+	body := "mode: operator\nhttp: {address: 127.0.0.1:0, metricsAddress: 127.0.0.1:0}\ncluster:\n  kubeconfig: " + kc +
 		"\n  leaderElection: {leaseDuration: 4s, renewDeadline: 3s, retryPeriod: 500ms}\n"
 	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
@@ -81,6 +82,18 @@ func TestOperatorMode(t *testing.T) {
 	}
 	if code, body := get(t, base+"/metrics"); code != 200 || !strings.Contains(body, "go_goroutines") || !strings.Contains(body, "allot_operator") {
 		t.Fatalf("/metrics: %d, operator metrics present: %v", code, strings.Contains(body, "allot_operator"))
+	}
+	// The metrics listener serves the same registry, and it passes Prometheus' linter.
+	code, body := get(t, "http://"+d.metrics.Addr()+"/metrics")
+	if code != 200 || !strings.Contains(body, "allot_operator_leader 1") {
+		t.Fatalf("/metrics on the metrics listener: %d %.300q", code, body)
+	}
+	problems, err := metricslint.Text(strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("promlint: %s", p)
 	}
 	cancel()
 	select {
