@@ -339,3 +339,33 @@ func (s Set) Each(start uint64, fn func(netip.Addr) bool) {
 		}
 	}
 }
+
+// Prefixes is s as the fewest CIDRs, in address order: each range split greedily into the
+// largest aligned prefixes it holds. An aligned block lies inside s only if it lies inside one
+// of them (aligned blocks nest or are disjoint), which is what carving per-node blocks around
+// reserved ranges relies on.
+func (s Set) Prefixes() []netip.Prefix {
+	var out []netip.Prefix
+	for _, r := range s.ranges {
+		a := r.From
+		for {
+			bitLen := a.BitLen()
+			p := netip.PrefixFrom(a, bitLen)
+			// The shortest prefix starting at a (aligned) that ends at or before r.To.
+			for bits := 0; bits < bitLen; bits++ {
+				q := netip.PrefixFrom(a, bits)
+				if q.Masked().Addr() == a && !r.To.Less(addrmath.LastOf(q)) {
+					p = q
+					break
+				}
+			}
+			out = append(out, p)
+			last := addrmath.LastOf(p)
+			if last == r.To {
+				break
+			}
+			a = last.Next()
+		}
+	}
+	return out
+}

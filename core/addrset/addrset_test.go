@@ -175,3 +175,67 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+func TestPrefixes(t *testing.T) {
+	for _, tc := range []struct {
+		fam   policy.Family
+		items []string
+		want  string
+	}{
+		{policy.IPv4, []string{"10.0.0.0-10.0.0.255"}, "10.0.0.0/24"},
+		{policy.IPv4, []string{"10.0.0.1-10.0.0.6"}, "10.0.0.1/32 10.0.0.2/31 10.0.0.4/31 10.0.0.6/32"},
+		{policy.IPv4, []string{"10.0.0.0-10.0.0.99", "10.0.1.0-10.0.1.255"}, "10.0.0.0/26 10.0.0.64/27 10.0.0.96/30 10.0.1.0/24"},
+		{policy.IPv4, []string{"0.0.0.0-255.255.255.255"}, "0.0.0.0/0"},
+		{policy.IPv4, []string{"255.255.255.254-255.255.255.255"}, "255.255.255.254/31"},
+		{policy.IPv6, []string{"fd00::-fd00::ffff", "fd00::1:1"}, "fd00::/112 fd00::1:1/128"},
+		{policy.IPv6, []string{"::-ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"}, "::/0"},
+	} {
+		s, err := Parse("x", tc.fam, tc.items)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, p := range s.Prefixes() {
+			got = append(got, p.String())
+		}
+		if g := strings.Join(got, " "); g != tc.want {
+			t.Errorf("%v: %s; want %s", tc.items, g, tc.want)
+		}
+	}
+}
+
+// TestPrefixesProperty: the prefixes cover exactly the set, in order, without overlap.
+func TestPrefixesProperty(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		var rs []Range
+		for range rapid.IntRange(0, 5).Draw(t, "n") {
+			a := rapid.Uint32Range(0, 4096).Draw(t, "a")
+			b := a + rapid.Uint32Range(0, 600).Draw(t, "len")
+			rs = append(rs, Range{v4(a), v4(b)})
+		}
+		s := FromRanges(policy.IPv4, rs)
+		var back []Range
+		var size uint64
+		for i, p := range s.Prefixes() {
+			if p.Masked() != p {
+				t.Fatalf("prefix %d %s not aligned", i, p)
+			}
+			back = append(back, Range{p.Addr(), lastOf(p)})
+			size += 1 << (32 - p.Bits())
+		}
+		if got := FromRanges(policy.IPv4, back); got.String() != s.String() || size != s.Size() {
+			t.Fatalf("prefixes cover %s (%d addresses); want %s (%d)", got, size, s, s.Size())
+		}
+	})
+}
+
+func v4(n uint32) netip.Addr {
+	return netip.AddrFrom4([4]byte{10, byte(n >> 16), byte(n >> 8), byte(n)})
+}
+
+func lastOf(p netip.Prefix) netip.Addr {
+	a := p.Addr().As4()
+	n := uint32(a[0])<<24 | uint32(a[1])<<16 | uint32(a[2])<<8 | uint32(a[3])
+	n |= (1<<(32-p.Bits()) - 1)
+	return netip.AddrFrom4([4]byte{byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n)})
+}

@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"net/netip"
 	"os"
 	"regexp"
 	"slices"
@@ -65,6 +66,16 @@ type Cluster struct {
 	ClusterCIDRConfig bool `koanf:"clusterCIDRConfig"`
 	// Workers is the number of concurrent reconciles per operator controller (0: default).
 	Workers int `koanf:"workers"`
+
+	// PodCIDRs is the cluster-wide pod CIDR (Google Distributed Cloud's
+	// clusterNetwork.pods.cidrBlocks): every ClusterCIDRConfig CIDR of a family listed here
+	// must lie inside one of these (the operator refuses and marks the others; they serve no
+	// node). A family not listed is unconstrained ("flat" in Google Distributed Cloud's terms,
+	// e.g. IPv4 island with IPv6 flat). In island mode these addresses are independent of the
+	// node network and need not be routable outside the cluster: an agent adds them to its
+	// datapath's non-masquerade destinations (native routing), so pod-to-pod traffic keeps its
+	// source and everything leaving the cluster pod CIDR is masqueraded to the node's address.
+	PodCIDRs []string `koanf:"podCIDRs"`
 
 	// ENI turns on ENI mode (agent and operator) when eni.backend is set.
 	ENI ClusterENI `koanf:"eni"`
@@ -331,6 +342,9 @@ func (c *Config) validateCluster() []error {
 			add(p.field, "%s must be between 0 and %s", p.v, p.max)
 		}
 	}
+	if _, err := cl.PodCIDRPrefixes(); err != nil {
+		errs = append(errs, err)
+	}
 	errs = append(errs, c.validateENI()...)
 	errs = append(errs, c.validateSharedPools()...)
 	errs = append(errs, c.validateSharedPoolsOperator()...)
@@ -356,4 +370,28 @@ func (c *Config) validateCluster() []error {
 		}
 	}
 	return errs
+}
+
+// PodCIDRPrefixes parses cluster.podCIDRs: CIDRs without host bits, none overlapping another.
+// Errors name the entry (cluster.podCIDRs[1]).
+func (cl *Cluster) PodCIDRPrefixes() ([]netip.Prefix, error) {
+	out := make([]netip.Prefix, 0, len(cl.PodCIDRs))
+	for i, s := range cl.PodCIDRs {
+		p, err := netip.ParsePrefix(s)
+		switch {
+		case err != nil:
+			return nil, fmt.Errorf("cluster.podCIDRs[%d]: %q is not a CIDR such as 10.244.0.0/16: %w", i, s, err)
+		case p.Addr().Is4In6() || p.Addr().Zone() != "":
+			return nil, fmt.Errorf("cluster.podCIDRs[%d]: %q must be a plain IPv4 or IPv6 CIDR", i, s)
+		case p.Masked() != p:
+			return nil, fmt.Errorf("cluster.podCIDRs[%d]: %s has host bits set (did you mean %s?)", i, p, p.Masked())
+		}
+		for j, q := range out {
+			if q.Overlaps(p) {
+				return nil, fmt.Errorf("cluster.podCIDRs[%d]: %s overlaps cluster.podCIDRs[%d] %s", i, p, j, q)
+			}
+		}
+		out = append(out, p)
+	}
+	return out, nil
 }

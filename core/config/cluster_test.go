@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -56,6 +57,9 @@ func TestClusterValidationNamesTheField(t *testing.T) {
 		{"bad pool", "mode: agent\ncluster: {nodeName: n, preAllocation: {Blue: 1}}\n", `cluster.preAllocation.Blue: "Blue" is not a valid pool name`},
 		{"negative duration", "mode: agent\ncluster: {nodeName: n, releaseDelay: -1s}\n", "cluster.releaseDelay: -1s must be between 0"},
 		{"kubeconfig", "mode: operator\ncluster: {kubeconfig: /nonexistent/kubeconfig}\n", "cluster.kubeconfig: stat /nonexistent/kubeconfig"},
+		{"pod CIDR", "mode: operator\ncluster: {clusterCIDRConfig: true, podCIDRs: [10.244.0.0/16, 10.300.0.0/16]}\n", `cluster.podCIDRs[1]: "10.300.0.0/16" is not a CIDR`},
+		{"pod CIDR host bits", "mode: operator\ncluster: {clusterCIDRConfig: true, podCIDRs: [10.244.1.0/16]}\n", "cluster.podCIDRs[0]: 10.244.1.0/16 has host bits set (did you mean 10.244.0.0/16?)"},
+		{"pod CIDR overlap", "mode: operator\ncluster: {clusterCIDRConfig: true, podCIDRs: [10.0.0.0/8, 10.244.0.0/16]}\n", "cluster.podCIDRs[1]: 10.244.0.0/16 overlaps cluster.podCIDRs[0] 10.0.0.0/8"},
 		{"lease", "mode: operator\ncluster: {leaderElection: {leaseDuration: 5s, renewDeadline: 10s}}\n", "cluster.leaderElection.renewDeadline: 10s must be shorter than leaseDuration 5s"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -71,5 +75,33 @@ func TestStandaloneIgnoresCluster(t *testing.T) {
 	t.Setenv("NODE_NAME", "")
 	if _, err := load(writeFile(t, minimal), nil, nil); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestAgentDatapathConfigIslandMode: in island mode the cluster pod CIDR is never masqueraded
+// (native routing) by an agent, whatever else the datapath section says; other modes leave the
+// datapath section as written.
+func TestAgentDatapathConfigIslandMode(t *testing.T) {
+	c, err := load(writeFile(t, "mode: agent\ncluster: {nodeName: n, podCIDRs: [100.64.0.0/16, \"fd00:64::/48\"]}\n"+
+		"datapath: {type: iptables, nonMasqueradeCIDRs: [192.0.2.0/24], nativeRoutingCIDRs: [192.168.0.0/16, 100.64.1.0/24]}\n"), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dc, err := c.AgentDatapathConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := fmt.Sprint(dc.NativeRoutingCIDRs)
+	if want := "[100.64.0.0/16 192.168.0.0/16 fd00:64::/48]"; got != want {
+		t.Errorf("nativeRoutingCIDRs %s; want %s", got, want)
+	}
+	// ip-masq-agent's list given explicitly (its defaults would cover 100.64.0.0/10 anyway).
+	non := fmt.Sprint(dc.EffectiveNonMasquerade())
+	if want := "[100.64.0.0/16 169.254.0.0/16 192.0.2.0/24 192.168.0.0/16 fd00:64::/48 fe80::/10]"; non != want {
+		t.Errorf("effective non-masquerade %s; want %s", non, want)
+	}
+	c.Mode = "operator"
+	if dc, err = c.AgentDatapathConfig(); err != nil || fmt.Sprint(dc.NativeRoutingCIDRs) != "[192.168.0.0/16 100.64.1.0/24]" {
+		t.Errorf("operator mode: %v %v", dc.NativeRoutingCIDRs, err)
 	}
 }

@@ -81,6 +81,24 @@ func (d Datapath) DatapathConfig() (datapath.Config, error) {
 	return c, nil
 }
 
+// AgentDatapathConfig is DatapathConfig plus, in agent mode, the cluster pod CIDR
+// (cluster.podCIDRs) as native-routing CIDRs: in island mode pod addresses are not routable
+// outside the cluster, so traffic to another pod keeps its source while everything leaving the
+// cluster pod CIDR is masqueraded to the node's address (Google Distributed Cloud uses
+// clusterNetwork.pods.cidrBlocks as its native routing CIDR the same way).
+func (c *Config) AgentDatapathConfig() (datapath.Config, error) {
+	dc, err := c.Datapath.DatapathConfig()
+	if err != nil || c.Mode != "agent" {
+		return dc, err
+	}
+	pods, err := c.Cluster.PodCIDRPrefixes()
+	if err != nil {
+		return dc, err
+	}
+	dc.NativeRoutingCIDRs = datapath.NormalizePrefixes(append(dc.NativeRoutingCIDRs, pods...))
+	return dc, nil
+}
+
 func (c *Config) validateDatapath() []error {
 	if c.Datapath.Type == "" {
 		return []error{fmt.Errorf("datapath.type: must not be empty (none, iptables, ebpf or a datapath plugin's name)")}

@@ -31,7 +31,7 @@ func (d *Daemon) startDatapath(ctx context.Context, pools []ipam.PoolSpec) (*dat
 // plugin loaded from plugins wins over a built-in of the same name.
 func (d *Daemon) newDatapath(podCIDRs []netip.Prefix) (*datapathctl.Controller, error) {
 	dc := d.cfg.Datapath
-	base, err := dc.DatapathConfig()
+	base, err := d.cfg.AgentDatapathConfig()
 	if err != nil {
 		return nil, err
 	}

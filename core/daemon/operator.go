@@ -48,6 +48,10 @@ func NewOperator(cfg *config.Config, log *slog.Logger) (*OperatorDaemon, error) 
 	d := &OperatorDaemon{cfg: cfg, log: log, reg: prometheus.NewRegistry()}
 	d.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	le := cfg.Cluster.LeaderElection
+	podCIDRs, err := cfg.Cluster.PodCIDRPrefixes()
+	if err != nil {
+		return nil, err
+	}
 	d.opts = operator.Options{
 		RESTConfig:        restCfg,
 		Namespace:         le.Namespace,
@@ -57,6 +61,7 @@ func NewOperator(cfg *config.Config, log *slog.Logger) (*OperatorDaemon, error) 
 		Registry:          d.reg,
 		DisableMultiPool:  cfg.Cluster.DisableMultiPool,
 		ClusterCIDRConfig: cfg.Cluster.ClusterCIDRConfig,
+		ClusterPodCIDRs:   podCIDRs,
 		LeaseDuration:     le.LeaseDuration,
 		RenewDeadline:     le.RenewDeadline,
 		RetryPeriod:       le.RetryPeriod,

@@ -113,7 +113,8 @@ func benchConverge(b *testing.B, ccc, cold bool) {
 	if ccc {
 		for _, cfg := range []*allotv1.ClusterCIDRConfig{
 			newCCC("rack-a", map[string]string{"rack": "a"}, "10.64.0.0/14", 24, "fd64::/104", 120),
-			newCCC("all", nil, "10.128.0.0/12", 24, "", 0),
+			// Dual stack too: all configs must be of one stack.
+			newCCC("all", nil, "10.128.0.0/12", 24, "fd80::/104", 120),
 		} {
 			if err := c.Create(ctx, cfg); err != nil {
 				b.Fatal(err)

@@ -21,7 +21,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
-	"github.com/allot-ipam/allot/core/blockalloc"
 	allotk8s "github.com/allot-ipam/allot/core/k8s"
 	allotv1 "github.com/allot-ipam/allot/core/k8s/apis/allot/v1alpha1"
 	nodelabels "github.com/allot-ipam/allot/plugins/policy/node-labels"
@@ -160,7 +159,8 @@ func (op *operator) reconcileNode(ctx context.Context, req reconcile.Request) (r
 		h = nil
 	}
 	if cidrs := nodePodCIDRs(&node); len(cidrs) > 0 {
-		// Served (by us or anyone): make sure its blocks are taken.
+		// Served (by us or anyone): make sure its blocks are taken, so they are never handed
+		// out again, whoever wrote them.
 		var conflicts []string
 		if h == nil {
 			h = &nodeHold{uid: node.UID, config: configOf(&node, cidrs, cfgs.Items)}
@@ -175,6 +175,13 @@ func (op *operator) reconcileNode(ctx context.Context, req reconcile.Request) (r
 		}
 		delete(st.waiting, name)
 		cfg := h.config
+		foreign := foreignPodCIDRMessage(&node, cidrs, cfgs.Items)
+		prevForeign, wasForeign := st.foreign[name]
+		if foreign != "" {
+			st.foreign[name] = foreign
+		} else {
+			delete(st.foreign, name)
+		}
 		st.mu.Unlock()
 		if cfg != "" {
 			op.configDirty.add(cfg)
@@ -184,25 +191,44 @@ func (op *operator) reconcileNode(ctx context.Context, req reconcile.Request) (r
 			op.event(&node, corev1.EventTypeWarning, allotv1.ReasonConflictingAllocation, "Allocate",
 				"pod CIDRs overlap other nodes' pod CIDRs: %s", strings.Join(conflicts, "; "))
 		}
-		return reconcile.Result{}, op.setNodeCondition(ctx, &node, true, allotv1.ReasonPodCIDRAssigned,
-			assignedMessage(node.Spec.PodCIDRs, cfg), false)
+		if foreign != "" {
+			// kube-controller-manager's --allocate-node-cidrs (or any other allocator) wrote
+			// these: say so once per node and keep saying it in the condition.
+			if !wasForeign || prevForeign != foreign {
+				op.m.refusals.WithLabelValues(refusalForeign).Inc()
+				op.event(&node, corev1.EventTypeWarning, allotv1.ReasonForeignPodCIDR, "Allocate", "%s", foreign)
+				op.log.Warn("node has pod CIDRs allot did not assign; turn off kube-controller-manager's --allocate-node-cidrs",
+					"node", name, "podCIDRs", node.Spec.PodCIDRs)
+			}
+			return reconcile.Result{}, op.setNodeConditions(ctx, &node, nodeVerdict{served: true,
+				assigned: corev1.ConditionFalse, reason: allotv1.ReasonForeignPodCIDR, message: foreign, always: true})
+		}
+		return reconcile.Result{}, op.setNodeConditions(ctx, &node, nodeVerdict{served: true,
+			assigned: corev1.ConditionTrue, reason: allotv1.ReasonPodCIDRAssigned, message: assignedMessage(node.Spec.PodCIDRs, cfg)})
 	}
 	if h != nil && len(h.blocks) > 0 {
 		// We wrote pod CIDRs the cache does not show yet; the update event follows.
 		st.mu.Unlock()
 		return reconcile.Result{}, nil
 	}
+	parsed, bad := configVerdicts(cfgs.Items, op.opts.ClusterPodCIDRs)
 	views := make([]policy.CIDRConfigView, 0, len(cfgs.Items))
+	var unusable []string // configs that match the node but serve no node, and why
 	for i := range cfgs.Items {
 		c := &cfgs.Items[i]
 		if c.DeletionTimestamp != nil || st.terminating["ccc/"+c.Name] {
 			continue
 		}
-		v, err := allotk8s.CIDRConfigView(c)
-		if err != nil {
-			continue // the config's Ready condition says why
+		p := parsed[c.Name]
+		if p == nil {
+			// The config's Ready condition says why; the node's message too, if it matches.
+			if v, ok := bad[c.Name]; ok && selectorMatches(c, node.Labels) {
+				unusable = append(unusable, fmt.Sprintf("%q (%s: %s)", c.Name, v.reason, v.message))
+			}
+			continue
 		}
-		v.FreeBlocks = op.freeBlocksLocked(&v)
+		v := p.view
+		v.FreeBlocks = p.freeBlocks(&st.set)
 		views = append(views, v)
 	}
 	st.mu.Unlock()
@@ -217,15 +243,11 @@ func (op *operator) reconcileNode(ctx context.Context, req reconcile.Request) (r
 	if d.Code == policy.Decided {
 		st.mu.Lock()
 		for _, cname := range d.Configs {
-			c := byName[cname]
-			if c == nil {
+			p := parsed[cname]
+			if p == nil || byName[cname] == nil || st.terminating["ccc/"+cname] {
 				continue
 			}
-			v, err := allotk8s.CIDRConfigView(c)
-			if err != nil {
-				continue
-			}
-			if bs, ok := op.carveLocked(&v); ok {
+			if bs, ok := p.carve(&st.set); ok {
 				blocks, chosen = bs, cname
 				break
 			}
@@ -237,7 +259,7 @@ func (op *operator) reconcileNode(ctx context.Context, req reconcile.Request) (r
 		st.mu.Unlock()
 	}
 	if chosen == "" {
-		return op.nodeWaits(ctx, &node, d)
+		return op.nodeWaits(ctx, &node, d, unusable)
 	}
 
 	orig := node.DeepCopy()
@@ -272,8 +294,8 @@ func (op *operator) reconcileNode(ctx context.Context, req reconcile.Request) (r
 	op.configDirty.add(chosen)
 	op.event(&node, corev1.EventTypeNormal, allotv1.ReasonPodCIDRAssigned, "Allocate",
 		"pod CIDRs %s from ClusterCIDRConfig %q", strings.Join(node.Spec.PodCIDRs, ", "), chosen)
-	return reconcile.Result{}, op.setNodeCondition(ctx, &node, true, allotv1.ReasonPodCIDRAssigned,
-		assignedMessage(node.Spec.PodCIDRs, chosen), false)
+	return reconcile.Result{}, op.setNodeConditions(ctx, &node, nodeVerdict{served: true,
+		assigned: corev1.ConditionTrue, reason: allotv1.ReasonPodCIDRAssigned, message: assignedMessage(node.Spec.PodCIDRs, chosen)})
 }
 
 func assignedMessage(cidrs []string, config string) string {
@@ -283,9 +305,12 @@ func assignedMessage(cidrs []string, config string) string {
 	return fmt.Sprintf("pod CIDRs %s from ClusterCIDRConfig %q", strings.Join(cidrs, ", "), config)
 }
 
-// nodeWaits records that no config can serve the node now: a Node condition and an Event
-// (once per reason), and the node is re-queued when configs change or blocks are freed.
-func (op *operator) nodeWaits(ctx context.Context, node *corev1.Node, d policy.NodeDecision) (reconcile.Result, error) {
+// nodeWaits records that no config can serve the node now: the Node conditions
+// AllotPodCIDRAssigned=False and NetworkUnavailable=True (so it stays unschedulable) and an
+// Event (once per reason), and the node is re-queued when configs change or blocks are freed.
+// unusable lists configs that match the node but serve no node (invalid, outside the cluster
+// pod CIDR, another stack).
+func (op *operator) nodeWaits(ctx context.Context, node *corev1.Node, d policy.NodeDecision, unusable []string) (reconcile.Result, error) {
 	reason, refusal := allotv1.ReasonNoMatchingConfig, refusalNoMatch
 	msg := d.Reason
 	switch {
@@ -301,6 +326,9 @@ func (op *operator) nodeWaits(ctx context.Context, node *corev1.Node, d policy.N
 	if msg == "" {
 		msg = nodelabels.ReasonNoMatch
 	}
+	if len(unusable) > 0 {
+		msg += "; matching configs that serve no node: " + strings.Join(unusable, "; ")
+	}
 	op.st.mu.Lock()
 	prev, was := op.st.waiting[node.Name]
 	op.st.waiting[node.Name] = msg
@@ -314,84 +342,25 @@ func (op *operator) nodeWaits(ctx context.Context, node *corev1.Node, d policy.N
 		op.event(node, corev1.EventTypeWarning, reason, "Allocate", "%s", msg)
 		op.log.Info("node gets no pod CIDR yet", "node", node.Name, "reason", msg)
 	}
-	return reconcile.Result{}, op.setNodeCondition(ctx, node, false, reason, msg, true)
+	return reconcile.Result{}, op.setNodeConditions(ctx, node, nodeVerdict{
+		assigned: corev1.ConditionFalse, reason: reason, message: msg, always: true})
 }
 
-// setNodeCondition sets the AllotPodCIDRAssigned Node condition with a strategic merge patch
-// of status (other conditions, the kubelet's, are left alone). A True condition is only
-// written to replace an existing one (a node served at once needs no condition: its pod
-// CIDRs say it), unless always.
-func (op *operator) setNodeCondition(ctx context.Context, node *corev1.Node, ok bool, reason, msg string, always bool) error {
-	status := corev1.ConditionFalse
-	if ok {
-		status = corev1.ConditionTrue
-	}
-	i := slices.IndexFunc(node.Status.Conditions, func(c corev1.NodeCondition) bool {
-		return c.Type == allotv1.NodeConditionPodCIDRAssigned
-	})
-	if i < 0 && !always {
+// setNodeConditions writes the Node conditions of a verdict (planNodeConditions) with a
+// strategic merge patch of status, which merges conditions by type: the kubelet's and other
+// components' conditions are left alone.
+func (op *operator) setNodeConditions(ctx context.Context, node *corev1.Node, v nodeVerdict) error {
+	conds, changed := planNodeConditions(node.Status.Conditions, v, metav1.Now())
+	if !changed {
 		return nil
 	}
-	if i >= 0 {
-		c := node.Status.Conditions[i]
-		if c.Status == status && c.Reason == reason && c.Message == msg {
-			return nil
-		}
-	}
 	orig := node.DeepCopy()
-	now := metav1.Now()
-	c := corev1.NodeCondition{Type: allotv1.NodeConditionPodCIDRAssigned, Status: status, Reason: reason, Message: msg,
-		LastHeartbeatTime: now, LastTransitionTime: now}
-	if i >= 0 {
-		if node.Status.Conditions[i].Status == status {
-			c.LastTransitionTime = node.Status.Conditions[i].LastTransitionTime
-		}
-		node.Status.Conditions[i] = c
-	} else {
-		node.Status.Conditions = append(node.Status.Conditions, c)
-	}
+	node.Status.Conditions = conds
 	if err := op.client.Status().Patch(ctx, node, client.StrategicMergeFrom(orig)); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("node %s condition %s: %w", node.Name, allotv1.NodeConditionPodCIDRAssigned, err)
+		return fmt.Errorf("node %s conditions %s, %s: %w", node.Name, allotv1.NodeConditionPodCIDRAssigned,
+			allotv1.NodeConditionNetworkUnavailable, err)
 	}
 	return nil
-}
-
-// freeBlocksLocked is the number of nodes a config can still serve: the smaller family's free
-// block count.
-func (op *operator) freeBlocksLocked(v *policy.CIDRConfigView) uint64 {
-	free := ^uint64(0)
-	for _, s := range []*policy.CIDRSpec{v.IPv4, v.IPv6} {
-		if s == nil {
-			continue
-		}
-		if s.PerNodeMaskSize < s.CIDR.Bits() || s.PerNodeMaskSize > s.CIDR.Addr().BitLen() || s.CIDR.Masked() != s.CIDR {
-			return 0
-		}
-		free = min(free, op.st.set.FreeBlocks(s.CIDR, s.PerNodeMaskSize))
-	}
-	if v.IPv4 == nil && v.IPv6 == nil {
-		return 0
-	}
-	return free
-}
-
-// carveLocked takes one block per family of the config (IPv4 first), all or none.
-func (op *operator) carveLocked(v *policy.CIDRConfigView) ([]netip.Prefix, bool) {
-	var out []netip.Prefix
-	for _, s := range []*policy.CIDRSpec{v.IPv4, v.IPv6} {
-		if s == nil {
-			continue
-		}
-		b, err := op.st.set.Allocate(s.CIDR, s.PerNodeMaskSize)
-		if err != nil {
-			for _, p := range out {
-				op.st.set.Release(p)
-			}
-			return nil, false
-		}
-		out = append(out, b)
-	}
-	return out, len(out) > 0
 }
 
 func (op *operator) releaseNodeLocked(name string, h *nodeHold) {
@@ -415,6 +384,7 @@ func (op *operator) forgetNode(name string) {
 		op.releaseNodeLocked(name, h)
 	}
 	delete(st.waiting, name)
+	delete(st.foreign, name)
 	waiting := st.waitingNodes()
 	st.mu.Unlock()
 	if cfg != "" {
@@ -440,6 +410,15 @@ func (op *operator) reconcileConfig(ctx context.Context, req reconcile.Request) 
 			waiting := op.st.waitingNodes()
 			op.st.mu.Unlock()
 			op.k8sNodeKick.add(waiting...)
+			// The oldest config may be gone: the stack rule may now judge the others
+			// differently.
+			var all allotv1.ClusterCIDRConfigList
+			if err := op.client.List(ctx, &all); err != nil {
+				return reconcile.Result{}, err
+			}
+			for _, o := range all.Items {
+				op.configDirty.add(o.Name)
+			}
 			return reconcile.Result{}, nil
 		}
 		return reconcile.Result{}, err
@@ -448,9 +427,24 @@ func (op *operator) reconcileConfig(ctx context.Context, req reconcile.Request) 
 	if res, done, err := op.ensureFinalizer(ctx, &cfg, allotv1.FinalizerConfigInUse, "ClusterCIDRConfig"); done {
 		return res, err
 	}
-	v, verr := allotk8s.CIDRConfigView(&cfg)
-	if verr == nil {
-		verr = nodelabels.ValidateConfig(&v)
+	// The stack rule judges a config against the others: read them all (from the cache).
+	var all allotv1.ClusterCIDRConfigList
+	if err := op.client.List(ctx, &all); err != nil {
+		return reconcile.Result{}, err
+	}
+	parsed, bad := configVerdicts(all.Items, op.opts.ClusterPodCIDRs)
+	p, bv := parsed[name], bad[name]
+	if p == nil && bv.ok() {
+		bv = verdict{allotv1.ReasonInvalid, "not in the list of ClusterCIDRConfigs yet"}
+	}
+	if len(cfg.Status.Conditions) == 0 {
+		// A new config may change which config is the oldest valid one (equal
+		// creationTimestamps): judge the others again.
+		for _, o := range all.Items {
+			if o.Name != name {
+				op.configDirty.add(o.Name)
+			}
+		}
 	}
 
 	st := op.st
@@ -465,8 +459,8 @@ func (op *operator) reconcileConfig(ctx context.Context, req reconcile.Request) 
 		}
 	}
 	var free uint64
-	if verr == nil {
-		free = op.freeBlocksLocked(&v)
+	if p != nil {
+		free = p.freeBlocks(&st.set)
 	}
 	waiting := st.waitingNodes()
 	st.mu.Unlock()
@@ -475,26 +469,23 @@ func (op *operator) reconcileConfig(ctx context.Context, req reconcile.Request) 
 	want := cfg.Status.DeepCopy()
 	want.AllocatedBlocks = int64(len(holders))
 	want.TotalBlocks = 0
-	if verr == nil {
-		total := ^uint64(0)
-		for _, s := range []*policy.CIDRSpec{v.IPv4, v.IPv6} {
-			if s != nil {
-				total = min(total, blockalloc.TotalBlocks(s.CIDR, s.PerNodeMaskSize))
-			}
-		}
-		want.TotalBlocks = int64(min(total, 1<<62))
+	if p != nil {
+		want.TotalBlocks = int64(min(p.totalBlocks(), 1<<62))
 	}
 	gen := cfg.Generation
 	ready := metav1.Condition{Type: allotv1.ConditionReady, Status: metav1.ConditionTrue, Reason: allotv1.ReasonValid,
 		Message: "nodes matching the selector get pod CIDRs from this config", ObservedGeneration: gen}
 	switch {
-	case verr != nil:
-		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, allotv1.ReasonInvalid, verr.Error()
+	case p == nil:
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, bv.reason, bv.message+"; the config serves no node"
 	case terminating:
 		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, allotv1.ReasonPoolTerminating, "the config is being deleted; it serves no new node"
 	}
-	meta.SetStatusCondition(&want.Conditions, ready)
 	var evs []pendingEvent
+	if prev := meta.FindStatusCondition(cfg.Status.Conditions, allotv1.ConditionReady); p == nil && (prev == nil || prev.Message != ready.Message) {
+		evs = append(evs, pendingEvent{reason: bv.reason, action: "Validate", note: ready.Message})
+	}
+	meta.SetStatusCondition(&want.Conditions, ready)
 	cond := func(typ string, on bool, reason, msg, refusal string) {
 		if !on {
 			meta.RemoveStatusCondition(&want.Conditions, typ)
@@ -508,7 +499,7 @@ func (op *operator) reconcileConfig(ctx context.Context, req reconcile.Request) 
 		}
 		meta.SetStatusCondition(&want.Conditions, metav1.Condition{Type: typ, Status: metav1.ConditionTrue, Reason: reason, Message: msg, ObservedGeneration: gen})
 	}
-	cond(allotv1.ConditionExhausted, verr == nil && free == 0, allotv1.ReasonPoolExhausted,
+	cond(allotv1.ConditionExhausted, p != nil && free == 0, allotv1.ReasonPoolExhausted,
 		"every per-node block is taken; matching nodes get the next best config, or wait", "")
 	cond(allotv1.ConditionDeletionRefused, terminating && len(holders) > 0, allotv1.ReasonInUse,
 		fmt.Sprintf("deletion refused: node(s) %s hold pod CIDRs of this config; it is deleted once they are gone (finalizer %s)",
@@ -548,4 +539,9 @@ func (op *operator) reconcileConfig(ctx context.Context, req reconcile.Request) 
 	// A new or changed config may serve waiting nodes.
 	op.k8sNodeKick.add(waiting...)
 	return reconcile.Result{}, nil
+}
+
+func selectorMatches(c *allotv1.ClusterCIDRConfig, labels map[string]string) bool {
+	sel := allotk8s.LabelSelector(c.Spec.NodeSelector)
+	return sel.Matches(labels)
 }

@@ -2,6 +2,7 @@ package operator_test
 
 import (
 	"fmt"
+	"net/netip"
 	"slices"
 	"strings"
 	"testing"
@@ -74,8 +75,9 @@ func (h *harness) waitNodeCondition(name string, status corev1.ConditionStatus, 
 
 // TestClusterCIDRConfig drives the ClusterCIDRConfig allocator through real objects: a node no
 // config matches waits (condition, Event) and is served when a matching config appears; the
-// five tie-break rules; the next best config when the best is full; dual stack; a deleted
-// node's block is reused by a waiting node.
+// five tie-break rules; the next best config when the best is full; a deleted node's block is
+// reused by a waiting node. Every config here is IPv4 only (all configs must be of one stack):
+// dual stack is in TestClusterCIDRConfigRules.
 func TestClusterCIDRConfig(t *testing.T) {
 	h := newHarness(t)
 	r := h.run("op-a", func(o *operator.Options) { o.ClusterCIDRConfig = true; o.DisableMultiPool = true })
@@ -110,8 +112,6 @@ func TestClusterCIDRConfig(t *testing.T) {
 		// Rule 5: lower IPv4 CIDR.
 		newCCC("hi", map[string]string{"tier": "x"}, "10.109.0.0/24", 24, "", 0),
 		newCCC("lo", map[string]string{"tier": "x"}, "10.108.0.0/24", 24, "", 0),
-		// Dual stack: 32-24 == 128-120.
-		newCCC("ds", map[string]string{"ds": "yes"}, "10.110.0.0/16", 24, "fd10::/112", 120),
 		// One block only: reuse after node deletion.
 		newCCC("one", map[string]string{"solo": "y"}, "10.120.0.0/24", 24, "", 0),
 	)
@@ -121,7 +121,6 @@ func TestClusterCIDRConfig(t *testing.T) {
 		newNode("node-d", map[string]string{"pool": "p"}),
 		newNode("node-e", map[string]string{"kubernetes.io/hostname": "node-e", "node.kubernetes.io/instance-type": "large"}),
 		newNode("node-f", map[string]string{"tier": "x"}),
-		newNode("node-g", map[string]string{"ds": "yes"}),
 		newNode("s1", map[string]string{"solo": "y"}),
 	)
 	h.waitPodCIDRs("node-a", "10.100.0.0/24")
@@ -129,7 +128,6 @@ func TestClusterCIDRConfig(t *testing.T) {
 	h.waitPodCIDRs("node-d", "10.104.0.0/26")
 	h.waitPodCIDRs("node-e", "10.106.0.0/24")
 	h.waitPodCIDRs("node-f", "10.108.0.0/24")
-	h.waitPodCIDRs("node-g", "10.110.0.0/24", "fd10::/120")
 	h.waitPodCIDRs("s1", "10.120.0.0/24")
 
 	// Next best when the best is full.
@@ -159,4 +157,159 @@ func TestClusterCIDRConfig(t *testing.T) {
 	h.waitPodCIDRs("s2", "10.120.0.0/24")
 	h.waitNodeCondition("s2", corev1.ConditionTrue, allotv1.ReasonPodCIDRAssigned, "10.120.0.0/24")
 	h.checkNoOverlap()
+}
+
+func (h *harness) waitNodeConditionOf(name string, typ corev1.NodeConditionType, status corev1.ConditionStatus, reason, substr string) {
+	h.t.Helper()
+	eventually(h.t, waitFor, fmt.Sprintf("condition %s of node %s", typ, name), func() error {
+		n := h.getNode(name)
+		for _, c := range n.Status.Conditions {
+			if c.Type == typ {
+				if c.Status != status || c.Reason != reason || !strings.Contains(c.Message, substr) {
+					return fmt.Errorf("condition %+v", c)
+				}
+				return nil
+			}
+		}
+		return fmt.Errorf("no condition %s in %+v", typ, n.Status.Conditions)
+	})
+}
+
+func (h *harness) waitConfigReady(name string, status metav1.ConditionStatus, reason, substr string) *allotv1.ClusterCIDRConfig {
+	h.t.Helper()
+	var c allotv1.ClusterCIDRConfig
+	eventually(h.t, waitFor, "Ready of ClusterCIDRConfig "+name, func() error {
+		if err := h.c.Get(h.ctx, client.ObjectKey{Name: name}, &c); err != nil {
+			return err
+		}
+		r := condition(c.Status.Conditions, allotv1.ConditionReady)
+		if r == nil || r.Status != status || r.Reason != reason || !strings.Contains(r.Message, substr) {
+			return fmt.Errorf("Ready %+v", r)
+		}
+		return nil
+	})
+	return &c
+}
+
+// TestClusterCIDRConfigRules drives the rules beyond the node-labels choice on the real API
+// server, first as status conditions (configs that got in with no webhook), then at admission:
+//   - the cluster pod CIDR (Options.ClusterPodCIDRs, IPv4 island and IPv6 flat here): a config
+//     outside it is Ready=False (OutsideClusterPodCIDR) and serves no node; the webhook refuses it;
+//   - one stack for all configs: an IPv4-only config after a dual-stack one is Ready=False
+//     (StackMismatch) and serves no node; the webhook refuses it;
+//   - NetworkUnavailable: True (reason NoMatchingClusterCIDRConfig) on a node no config serves,
+//     False once a matching config gives it its CIDRs;
+//   - reserved ranges: no node block overlaps them, totalBlocks leaves them out, the webhook
+//     refuses one outside the CIDR;
+//   - pod CIDRs another allocator wrote (kube-controller-manager's --allocate-node-cidrs): an
+//     Event and a condition naming the flag, and the CIDRs are kept out of every hand-out.
+func TestClusterCIDRConfigRules(t *testing.T) {
+	h := newHarness(t)
+	podCIDRs := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}
+	r := h.run("op-a", func(o *operator.Options) {
+		o.ClusterCIDRConfig, o.DisableMultiPool, o.SharedPools.Disable = true, true, true
+		o.ClusterPodCIDRs = podCIDRs
+	})
+	r.waitLeader(t, waitFor)
+
+	// Dual stack, IPv4 inside the cluster pod CIDR, its first two /24s reserved (one by an
+	// address, one by a range).
+	base := newCCC("base", map[string]string{"pool": "base"}, "10.1.0.0/16", 24, "fd00:1::/112", 120)
+	base.Spec.IPv4.Reserved = []string{"10.1.0.1", "10.1.1.0-10.1.1.255"}
+	base.Spec.IPv6.Reserved = []string{"fd00:1::/120"}
+	h.create(base)
+	h.waitConfigReady("base", metav1.ConditionTrue, allotv1.ReasonValid, "")
+	eventually(t, waitFor, "totalBlocks of base", func() error {
+		c := h.waitConfigReady("base", metav1.ConditionTrue, allotv1.ReasonValid, "")
+		if c.Status.TotalBlocks != 254 {
+			return fmt.Errorf("totalBlocks %d; want 254 (256 /24s but the two reserved)", c.Status.TotalBlocks)
+		}
+		return nil
+	})
+	h.create(newNode("b1", map[string]string{"pool": "base"}), newNode("b2", map[string]string{"pool": "base"}))
+	h.waitPodCIDRs("b1", "10.1.2.0/24", "fd00:1::100/120")
+	h.waitPodCIDRs("b2", "10.1.3.0/24", "fd00:1::200/120")
+
+	// Outside the cluster pod CIDR; IPv4 only after a dual-stack config. Both serve no node.
+	h.create(newCCC("outside", map[string]string{"pool": "out"}, "192.168.0.0/16", 24, "fd00:2::/112", 120),
+		newCCC("single", map[string]string{"pool": "single"}, "10.3.0.0/16", 24, "", 0))
+	h.waitConfigReady("outside", metav1.ConditionFalse, allotv1.ReasonOutsideClusterPodCIDR,
+		"spec.ipv4.cidr: 192.168.0.0/16 is outside the cluster pod CIDR (the operator's cluster.podCIDRs: 10.0.0.0/8)")
+	h.waitConfigReady("single", metav1.ConditionFalse, allotv1.ReasonStackMismatch,
+		`spec.ipv6: must be set: this config is single stack IPv4 but ClusterCIDRConfig "base" (the oldest) is dual stack`)
+	h.waitEvent(waitFor, "single", allotv1.ReasonStackMismatch, "all ClusterCIDRConfigs must be dual stack")
+	h.create(newNode("o1", map[string]string{"pool": "out"}), newNode("s1", map[string]string{"pool": "single"}))
+	netU := corev1.NodeConditionType(allotv1.NodeConditionNetworkUnavailable)
+	h.waitNodeConditionOf("o1", netU, corev1.ConditionTrue, allotv1.ReasonNoMatchingConfig,
+		`matching configs that serve no node: "outside" (OutsideClusterPodCIDR: spec.ipv4.cidr: 192.168.0.0/16 is outside`)
+	h.waitNodeConditionOf("s1", netU, corev1.ConditionTrue, allotv1.ReasonNoMatchingConfig, `"single" (StackMismatch: spec.ipv6`)
+	for _, n := range []string{"o1", "s1"} {
+		if got := h.getNode(n).Spec.PodCIDRs; len(got) != 0 {
+			t.Errorf("node %s got pod CIDRs %v from a config that serves no node", n, got)
+		}
+	}
+
+	// NetworkUnavailable until a matching config appears, then False.
+	h.create(newNode("lonely", map[string]string{"rack": "r9"}))
+	h.waitNodeConditionOf("lonely", netU, corev1.ConditionTrue, allotv1.ReasonNoMatchingConfig,
+		`no ClusterCIDRConfig matches node labels of node "lonely"`)
+	h.create(newCCC("rack9", map[string]string{"rack": "r9"}, "10.9.0.0/16", 24, "fd00:9::/112", 120))
+	h.waitPodCIDRs("lonely", "10.9.0.0/24", "fd00:9::/120")
+	h.waitNodeConditionOf("lonely", netU, corev1.ConditionFalse, allotv1.ReasonPodCIDRAssigned, "10.9.0.0/24")
+
+	// kube-controller-manager's --allocate-node-cidrs wrote these (inside the cluster pod CIDR,
+	// in no config). A config over them created later never hands them out.
+	kcm := newNode("kcm", map[string]string{"pool": "late"})
+	kcm.Spec.PodCIDR, kcm.Spec.PodCIDRs = "10.7.0.0/24", []string{"10.7.0.0/24"}
+	h.create(kcm)
+	h.waitEvent(waitFor, "kcm", allotv1.ReasonForeignPodCIDR, "--allocate-node-cidrs=false")
+	h.waitNodeConditionOf("kcm", allotv1.NodeConditionPodCIDRAssigned, corev1.ConditionFalse, allotv1.ReasonForeignPodCIDR,
+		`pod CIDRs 10.7.0.0/24 of node "kcm" were not assigned by allot and lie in no ClusterCIDRConfig`)
+	if v := metricValue(t, r, "allot_operator_refusals_total", "reason", "foreign_pod_cidr"); v != 1 {
+		t.Errorf("foreign pod CIDR metric = %v; want 1 (one Event per node)", v)
+	}
+	h.create(newCCC("late", map[string]string{"pool": "late2"}, "10.7.0.0/23", 24, "fd00:7::/120", 120))
+	h.create(newNode("l1", map[string]string{"pool": "late2"}))
+	h.waitPodCIDRs("l1", "10.7.1.0/24", "fd00:7::/120")
+	h.checkNoOverlap()
+
+	// The webhook, served by a second replica (every replica serves it, leader or not).
+	h.run("op-b", func(o *operator.Options) {
+		o.ClusterCIDRConfig, o.DisableMultiPool, o.SharedPools.Disable = true, true, true
+		o.ClusterPodCIDRs = podCIDRs
+		o.SharedPools.Webhook = operator.WebhookOptions{Address: "127.0.0.1:0", Register: true}
+	})
+	outside := newCCC("outside2", nil, "172.16.0.0/16", 24, "fd00:3::/112", 120)
+	eventually(t, waitFor, "webhook answering", func() error {
+		if err := h.c.Create(h.ctx, outside.DeepCopy(), client.DryRunAll); err == nil {
+			return fmt.Errorf("not refused yet")
+		}
+		return nil
+	})
+	if hooks := mustVWC(t, h).Webhooks; len(hooks) != 1 || hooks[0].Name != "clustercidrconfigs.allot.io" {
+		t.Errorf("webhooks %+v; want only clustercidrconfigs.allot.io (shared pools are off)", hooks)
+	}
+	reservedOut := newCCC("reserved-out", nil, "10.20.0.0/16", 24, "fd00:20::/112", 120)
+	reservedOut.Spec.IPv4.Reserved = []string{"10.20.0.1", "10.21.0.0/24"}
+	for _, tc := range []struct {
+		name string
+		obj  *allotv1.ClusterCIDRConfig
+		want string // "" allowed
+	}{
+		{"outside the cluster pod CIDR", outside, "spec.ipv4.cidr: 172.16.0.0/16 is outside the cluster pod CIDR"},
+		{"single stack after dual", newCCC("single2", nil, "10.30.0.0/16", 24, "", 0), "spec.ipv6: must be set"},
+		{"IPv6 only", newCCC("v6only", nil, "", 0, "fd00:30::/112", 120), "spec.ipv4: must be set"},
+		{"reserved outside the CIDR", reservedOut, `spec.ipv4.reserved[1]: "10.21.0.0/24" is not inside spec.ipv4.cidr 10.20.0.0/16`},
+		{"valid", newCCC("valid", map[string]string{"pool": "valid"}, "10.40.0.0/16", 24, "fd00:40::/112", 120), ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := h.c.Create(h.ctx, tc.obj)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("got %v; want refused with %q", err, tc.want)
+			}
+		})
+	}
 }

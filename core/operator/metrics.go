@@ -26,6 +26,7 @@ const (
 	refusalPoolDeletion   = "pool_deletion"
 	refusalConfigDeletion = "config_deletion"
 	refusalNoMatch        = "no_matching_config"
+	refusalForeign        = "foreign_pod_cidr"
 	refusalConflict       = "conflicting_allocation"
 	refusalOverlap        = "cidr_overlap"
 )

@@ -26,6 +26,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"sync"
 	"time"
@@ -85,6 +86,10 @@ type Options struct {
 	// ClusterCIDRConfig turns on the Node controller that writes Node.spec.podCIDRs from
 	// ClusterCIDRConfigs (off by default: it marks every Node no config serves).
 	ClusterCIDRConfig bool
+	// ClusterPodCIDRs is the cluster-wide pod CIDR (cluster.podCIDRs, Google Distributed
+	// Cloud's clusterNetwork.pods.cidrBlocks): a ClusterCIDRConfig CIDR of a family listed here
+	// must lie inside one of these, or the config serves no node (webhook and Ready condition).
+	ClusterPodCIDRs []netip.Prefix
 	// NodePolicy chooses a node's ClusterCIDRConfig (default: the node-labels policy).
 	NodePolicy policy.PoolPolicy
 	// ENI, if set, turns on ENI mode: the ENI engine hands cloud addresses to AllotNodes

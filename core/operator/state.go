@@ -30,6 +30,9 @@ type state struct {
 	// waiting holds Nodes no ClusterCIDRConfig could serve (no match, or all full); config
 	// changes and freed blocks re-queue them.
 	waiting map[string]string
+	// foreign holds Nodes whose pod CIDRs another allocator set (kube-controller-manager's
+	// --allocate-node-cidrs), with the message last reported, so the Event is sent once.
+	foreign map[string]string
 	// terminating pools and configs hand out nothing; set under mu by their reconcilers so a
 	// node reconcile cannot race a finalizer removal.
 	terminating map[string]bool
@@ -67,6 +70,7 @@ func newState() *state {
 		nodes:       map[string]*nodeHold{},
 		unmet:       map[string]map[string]unmetReason{},
 		waiting:     map[string]string{},
+		foreign:     map[string]string{},
 		terminating: map[string]bool{},
 		ready:       make(chan struct{}),
 	}

@@ -18,6 +18,7 @@ import (
 	"math/big"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -45,7 +46,9 @@ const (
 	maxAdmissionBody = 3 << 20
 )
 
-// WebhookOptions configure the admission webhook for SharedIPPool and ReservedIP.
+// WebhookOptions configure the admission webhook for SharedIPPool and ReservedIP, and for
+// ClusterCIDRConfig when Options.ClusterCIDRConfig is on (clustercidr_rules.go: the cluster
+// pod CIDR and the stack rule).
 //
 // Certificates: with CertDir, tls.crt and tls.key are read from it (and re-read when they
 // change, e.g. cert-manager renewing them) and the caBundle is its ca.crt (else tls.crt).
@@ -137,15 +140,19 @@ type webhookServer struct {
 	m     *sharedMetrics
 	certs *certSource
 	caPEM []byte // what the caBundle must hold for this replica
-	ln    net.Listener
-	srv   *http.Server
+	// shared: SharedIPPools and ReservedIPs are checked; ccc: ClusterCIDRConfigs are, against
+	// podCIDRs (the operator's ClusterPodCIDRs) and the other configs.
+	shared, ccc bool
+	podCIDRs    []netip.Prefix
+	ln          net.Listener
+	srv         *http.Server
 }
 
-// startWebhook starts the admission webhook (a no-op when Address is empty) and returns its
-// stop function.
+// startWebhook starts the admission webhook (a no-op when Address is empty, or when neither
+// shared pools nor ClusterCIDRConfigs are on) and returns its stop function.
 func startWebhook(ctx context.Context, opts *Options, log *slog.Logger) (func(), error) {
 	o := &opts.SharedPools.Webhook
-	if o.Address == "" || opts.SharedPools.Disable {
+	if o.Address == "" || (opts.SharedPools.Disable && !opts.ClusterCIDRConfig) {
 		return func() {}, nil
 	}
 	log = log.With("component", "webhook")
@@ -161,7 +168,8 @@ func startWebhook(ctx context.Context, opts *Options, log *slog.Logger) (func(),
 	if err != nil {
 		return nil, fmt.Errorf("operator: SharedPools.Webhook.Address: %w", err)
 	}
-	w := &webhookServer{o: o, log: log, c: c, m: m, ln: ln}
+	w := &webhookServer{o: o, log: log, c: c, m: m, ln: ln,
+		shared: !opts.SharedPools.Disable, ccc: opts.ClusterCIDRConfig, podCIDRs: opts.ClusterPodCIDRs}
 	if o.URL == "" && o.ServiceName == "" {
 		o.URL = "https://" + listenHostPort(ln.Addr()) + o.Path
 	}
@@ -278,7 +286,27 @@ func (w *webhookServer) judge(ctx context.Context, req *admissionv1.AdmissionReq
 		return nil, nil
 	}
 	switch req.Resource.Resource {
+	case "clustercidrconfigs":
+		if !w.ccc {
+			return nil, nil
+		}
+		var obj allotv1.ClusterCIDRConfig
+		if err := json.Unmarshal(req.Object.Raw, &obj); err != nil {
+			return []string{"object: " + err.Error()}, nil
+		}
+		// The spec is immutable (CEL): only a create brings a new spec to judge.
+		if req.Operation != admissionv1.Create || obj.DeletionTimestamp != nil {
+			return nil, nil
+		}
+		var all allotv1.ClusterCIDRConfigList
+		if err := w.c.List(ctx, &all); err != nil {
+			return nil, fmt.Errorf("list ClusterCIDRConfigs: %w", err)
+		}
+		return admitConfig(&obj, all.Items, w.podCIDRs), nil
 	case "sharedippools":
+		if !w.shared {
+			return nil, nil
+		}
 		var obj allotv1.SharedIPPool
 		if err := json.Unmarshal(req.Object.Raw, &obj); err != nil {
 			return []string{"object: " + err.Error()}, nil
@@ -295,6 +323,9 @@ func (w *webhookServer) judge(ctx context.Context, req *admissionv1.AdmissionReq
 		}
 		return validatePool(ctx, w.c, &obj, old)
 	case "reservedips":
+		if !w.shared {
+			return nil, nil
+		}
 		var obj allotv1.ReservedIP
 		if err := json.Unmarshal(req.Object.Raw, &obj); err != nil {
 			return []string{"object: " + err.Error()}, nil
@@ -362,10 +393,14 @@ func (w *webhookServer) desired(bundle []byte) []admissionregv1.ValidatingWebhoo
 			}},
 		}
 	}
-	return []admissionregv1.ValidatingWebhook{
-		hook("sharedippools.allot.io", "sharedippools"),
-		hook("reservedips.allot.io", "reservedips"),
+	var hooks []admissionregv1.ValidatingWebhook
+	if w.shared {
+		hooks = append(hooks, hook("sharedippools.allot.io", "sharedippools"), hook("reservedips.allot.io", "reservedips"))
 	}
+	if w.ccc {
+		hooks = append(hooks, hook("clustercidrconfigs.allot.io", "clustercidrconfigs"))
+	}
+	return hooks
 }
 
 // register creates or updates the ValidatingWebhookConfiguration.

@@ -231,8 +231,10 @@ func TestLiveClusterCIDR(t *testing.T) {
 		for _, n := range nodes.Items {
 			got[n.Name] = n.Spec.PodCIDRs
 		}
-		ok := len(got["node-a"]) == 2 && len(got["node-b"]) == 1 && strings.HasPrefix(got["node-b"][0], "10.250.") &&
-			strings.HasSuffix(got["node-b"][0], "/23")
+		// node-a: not 10.244.0.0/24, which the example reserves.
+		ok := len(got["node-a"]) == 2 && got["node-a"][0] == "10.244.1.0/24" && len(got["node-b"]) == 2 &&
+			strings.HasPrefix(got["node-b"][0], "10.250.") && strings.HasSuffix(got["node-b"][0], "/23") &&
+			strings.HasSuffix(got["node-b"][1], "/119")
 		return ok, fmt.Sprint(got)
 	})
 	var cfg allotv1.ClusterCIDRConfig

@@ -61,6 +61,8 @@ func variantCases() []valuesCase {
 			"plugins[0].path=/opt/allot/plugins/my-cloud", "plugins[0].sha256=" + strings.Repeat("cd", 32),
 		}},
 		{name: "shared-networks-in-multipool", set: []string{"sharedPools.networks={underlay}"}},
+		{name: "clustercidr-webhook", file: "clustercidr.yaml", set: []string{"webhook.enabled=true"}},
+		{name: "island-multipool", set: []string{"clusterPodCIDRs={10.244.0.0/16,fd00:10:244::/56}"}},
 	}
 }
 
@@ -119,6 +121,7 @@ func TestChartTemplate(t *testing.T) {
 			checkOperator(t, docs, vals)
 			checkWebhook(t, docs, vals)
 			checkPools(t, docs, vals)
+			checkClusterPodCIDRs(t, docs, vals)
 		})
 	}
 }
@@ -144,8 +147,9 @@ type values struct {
 	Pools          []struct {
 		Name string `json:"name"`
 	} `json:"pools"`
-	KeepPools   bool `json:"keepPools"`
-	SharedPools struct {
+	KeepPools       bool     `json:"keepPools"`
+	ClusterPodCIDRs []string `json:"clusterPodCIDRs"`
+	SharedPools     struct {
 		Networks []string `json:"networks"`
 		Pools    []struct {
 			Name string `json:"name"`
@@ -701,6 +705,36 @@ func checkOperator(t *testing.T, docs []doc, v values) {
 	}
 }
 
+// checkClusterPodCIDRs: clusterPodCIDRs reaches the operator (the ClusterCIDRConfig rule) and
+// the agents (never masqueraded) as cluster.podCIDRs.
+func checkClusterPodCIDRs(t *testing.T, docs []doc, v values) {
+	t.Helper()
+	want := fmt.Sprint(v.ClusterPodCIDRs)
+	for _, c := range []struct {
+		name string
+		on   bool
+	}{{"allot-operator-config", v.Operator.Enabled}, {"allot-agent-config", v.agentEnabled()}} {
+		if !c.on {
+			continue
+		}
+		var cfg map[string]any
+		if err := yaml.Unmarshal([]byte(find[*corev1.ConfigMap](t, docs, c.name).Data["allotd.yaml"]), &cfg); err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		if cl, ok := cfg["cluster"].(map[string]any); ok {
+			if l, ok := cl["podCIDRs"].([]any); ok {
+				for _, e := range l {
+					got = append(got, fmt.Sprint(e))
+				}
+			}
+		}
+		if fmt.Sprint(got) != want {
+			t.Errorf("%s: cluster.podCIDRs %v; want clusterPodCIDRs %s", c.name, got, want)
+		}
+	}
+}
+
 func checkWebhook(t *testing.T, docs []doc, v values) {
 	t.Helper()
 	vwc, ok := lookup[*admissionregistrationv1.ValidatingWebhookConfiguration](docs, "allot-shared-pools.allot.io")
@@ -732,8 +766,16 @@ func checkWebhook(t *testing.T, docs []doc, v values) {
 	if !underMount(op, w("certDir")+"/tls.crt") {
 		t.Errorf("webhook certDir %s is not mounted", w("certDir"))
 	}
-	if len(vwc.Webhooks) != 2 {
-		t.Fatalf("webhooks: %d, want sharedippools and reservedips", len(vwc.Webhooks))
+	want := []string{"sharedippools.allot.io", "reservedips.allot.io"}
+	if v.Mode == "clustercidr" {
+		want = append(want, "clustercidrconfigs.allot.io")
+	}
+	var got []string
+	for _, wh := range vwc.Webhooks {
+		got = append(got, wh.Name)
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("webhooks %v, want %v", got, want)
 	}
 	for _, wh := range vwc.Webhooks {
 		s := wh.ClientConfig.Service

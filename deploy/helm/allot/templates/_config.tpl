@@ -33,6 +33,9 @@ refuse to start, and the chart's tests load every example's files with allotd's 
 {{- if $v.autoDirectNodeRoutes -}}
 {{- $_ := set $cluster "autoDirectNodeRoutes" true -}}
 {{- end -}}
+{{- if $v.clusterPodCIDRs -}}
+{{- $_ := set $cluster "podCIDRs" (deepCopy $v.clusterPodCIDRs) -}}
+{{- end -}}
 {{- if $cluster -}}
 {{- $_ := set $c "cluster" $cluster -}}
 {{- end -}}
@@ -62,6 +65,9 @@ refuse to start, and the chart's tests load every example's files with allotd's 
 {{- if eq $v.mode "clustercidr" -}}
 {{- $_ := set $cluster "clusterCIDRConfig" true -}}
 {{- $_ := set $cluster "disableMultiPool" true -}}
+{{- end -}}
+{{- if $v.clusterPodCIDRs -}}
+{{- $_ := set $cluster "podCIDRs" (deepCopy $v.clusterPodCIDRs) -}}
 {{- end -}}
 {{- if eq $v.mode "eni" -}}
 {{- $_ := set $cluster "eni" (deepCopy $v.eni.config) -}}

@@ -55,13 +55,23 @@ type ClusterCIDRConfigSpec struct {
 
 // CIDRBlockSpec is one family of a ClusterCIDRConfig.
 type CIDRBlockSpec struct {
-	// CIDR the nodes' blocks are carved from.
+	// CIDR the nodes' blocks are carved from. With the operator's cluster pod CIDR set
+	// (cluster.podCIDRs, Google Distributed Cloud's clusterNetwork.pods.cidrBlocks) and a CIDR
+	// of this family in it, the CIDR must lie inside one of them.
 	// +kubebuilder:validation:MaxLength=43
 	CIDR string `json:"cidr"`
 	// PerNodeMaskSize is the prefix length of each node's block.
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=128
 	PerNodeMaskSize int32 `json:"perNodeMaskSize"`
+	// Reserved are addresses of the CIDR no node's block may overlap ("a" or "a-b",
+	// inclusive; or a CIDR), for addresses used outside the cluster (routers, a load
+	// balancer's range). A block overlapping any of them is never handed out; the operator
+	// counts totalBlocks without them. Each entry must lie inside the CIDR.
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=90
+	Reserved []string `json:"reserved,omitempty"`
 }
 
 // ClusterCIDRConfigStatus is the config as the operator sees it.
@@ -73,7 +83,8 @@ type ClusterCIDRConfigStatus struct {
 	// count for dual stack; saturating).
 	// +optional
 	TotalBlocks int64 `json:"totalBlocks,omitempty"`
-	// Conditions: Ready, Exhausted, DeletionRefused.
+	// Conditions: Ready (False with reason Invalid, OutsideClusterPodCIDR or StackMismatch:
+	// the config serves no node, the message names the field), Exhausted, DeletionRefused.
 	// +optional
 	// +listType=map
 	// +listMapKey=type

@@ -29,6 +29,12 @@ const (
 	// NodeConditionPodCIDRAssigned is the Node condition type the operator sets in
 	// ClusterCIDRConfig mode: False while no ClusterCIDRConfig can serve the node.
 	NodeConditionPodCIDRAssigned = "AllotPodCIDRAssigned"
+	// NodeConditionNetworkUnavailable is Kubernetes' own Node condition (corev1.NodeNetworkUnavailable):
+	// True keeps the node tainted node.kubernetes.io/network-unavailable (no pods scheduled), as
+	// the route controller and CNI providers use it. In ClusterCIDRConfig mode the operator sets
+	// it True while no config can serve the node and False once it has its pod CIDRs; it only
+	// ever sets False over a True it wrote itself (its reasons), never over another component's.
+	NodeConditionNetworkUnavailable = "NetworkUnavailable"
 )
 
 // Condition reasons.
@@ -47,6 +53,15 @@ const (
 	ReasonAllConfigsFull        = "AllClusterCIDRConfigsFull"
 	ReasonPodCIDRAssigned       = "PodCIDRAssigned"
 	ReasonConflictingAllocation = "ConflictingAllocation"
+	// ReasonOutsideClusterPodCIDR (ClusterCIDRConfig Ready=False): a CIDR lies outside the
+	// operator's cluster pod CIDR (cluster.podCIDRs).
+	ReasonOutsideClusterPodCIDR = "OutsideClusterPodCIDR"
+	// ReasonStackMismatch (ClusterCIDRConfig Ready=False): the config's families differ from
+	// the other configs' (all must be dual stack, or all single stack of one family).
+	ReasonStackMismatch = "StackMismatch"
+	// ReasonForeignPodCIDR (Node): the node's pod CIDRs were set by another allocator
+	// (kube-controller-manager's --allocate-node-cidrs) and lie in no ClusterCIDRConfig.
+	ReasonForeignPodCIDR = "PodCIDRFromAnotherAllocator"
 )
 
 // AnnotationClusterCIDRConfig is set by the operator on a Node it gave pod CIDRs to, naming
