@@ -356,6 +356,9 @@ func (m *Manager) waitAndTakeLocked(ctx context.Context, req *api.AllocateReques
 		m.pending[k]++
 	}
 	m.waiters++
+	since := m.opts.Now()
+	m.waitingSince[since]++
+	m.waitMetricsLocked(keys)
 	m.changedLocked()
 	defer func() {
 		for _, k := range keys {
@@ -364,6 +367,10 @@ func (m *Manager) waitAndTakeLocked(ctx context.Context, req *api.AllocateReques
 			}
 		}
 		m.waiters--
+		if m.waitingSince[since]--; m.waitingSince[since] <= 0 {
+			delete(m.waitingSince, since)
+		}
+		m.waitMetricsLocked(keys)
 		m.changedLocked()
 	}()
 
@@ -394,6 +401,7 @@ func (m *Manager) waitAndTakeLocked(ctx context.Context, req *api.AllocateReques
 			return addrs, err
 		}
 		if timeout {
+			m.opts.Metrics.timeouts.Inc()
 			return nil, api.Errorf(api.CodeExhausted, "%s; requested a new block from the operator, none arrived within %s",
 				m.waitMessageLocked(keys), wait)
 		}
@@ -420,4 +428,20 @@ func keyNames(keys []poolKey) []string {
 		out[i] = fmt.Sprintf("%s/%s", k.name, k.fam)
 	}
 	return out
+}
+
+// waitMetricsLocked publishes the waiting counts of keys (0 once nothing waits on one) and
+// the oldest wait's start.
+func (m *Manager) waitMetricsLocked(keys []poolKey) {
+	counts := make(map[[2]string]int, len(keys))
+	for _, k := range keys {
+		counts[[2]string{k.name, string(k.fam)}] = m.pending[k]
+	}
+	var oldest time.Time
+	for t := range m.waitingSince {
+		if oldest.IsZero() || t.Before(oldest) {
+			oldest = t
+		}
+	}
+	m.opts.Metrics.waits(counts, oldest)
 }

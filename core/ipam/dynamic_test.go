@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"net/netip"
 	"path/filepath"
 	"strings"
@@ -28,10 +29,11 @@ type dynRig struct {
 	annot        map[string]string // pod name -> pool annotation
 	wait         time.Duration
 	ready        chan struct{} // DynamicOptions.Ready; nil: none
+	metrics      *Metrics
 }
 
 func newDynRig(t testing.TB, wait time.Duration) *dynRig {
-	r := &dynRig{t: t, path: filepath.Join(t.TempDir(), "allot.db"), annot: map[string]string{}, wait: wait}
+	r := &dynRig{t: t, path: filepath.Join(t.TempDir(), "allot.db"), annot: map[string]string{}, wait: wait, metrics: NewMetrics(nil)}
 	r.open()
 	t.Cleanup(func() { r.st.Close() })
 	return r
@@ -49,7 +51,7 @@ func (r *dynRig) open() {
 		r.t.Fatal(err)
 	}
 	m, err := New(context.Background(), Options{
-		Store: st, Logger: quiet,
+		Store: st, Logger: quiet, Metrics: r.metrics,
 		Policy:  func(string) policy.PoolPolicy { return pol },
 		Dynamic: &DynamicOptions{Node: "node-a", Wait: r.wait, BlockGateway: r.blockGateway, Ready: r.ready},
 		PodContext: func(_ context.Context, req *policy.PodRequest) error {
@@ -173,9 +175,19 @@ func TestDynamicWaitsForBlock(t *testing.T) {
 		t.Fatalf("returned before a block arrived: %+v %v", res.a, res.err)
 	default:
 	}
+	// The wait shows in the metrics the "requests pending" alert reads.
+	if n := testutil.ToFloat64(r.metrics.waiting.WithLabelValues("blue", "ipv4")); n != 1 {
+		t.Fatalf("allot_ipam_requests_waiting{blue,ipv4} = %v while one ADD waits", n)
+	}
+	if ts := testutil.ToFloat64(r.metrics.oldestWait); ts <= 0 || ts > float64(time.Now().Unix()+1) {
+		t.Fatalf("oldest wait timestamp %v", ts)
+	}
 	mustNoErr(t, r.m.AddCIDR("blue", pfx("10.9.0.0/30")))
 	res := <-done
 	mustNoErr(t, res.err)
+	if n, ts := testutil.ToFloat64(r.metrics.waiting.WithLabelValues("blue", "ipv4")), testutil.ToFloat64(r.metrics.oldestWait); n != 0 || ts != 0 {
+		t.Fatalf("after the wait: waiting %v, oldest %v; want 0 and 0", n, ts)
+	}
 	if res.a.IPs[0].Address != "10.9.0.1/30" || res.a.IPs[0].Pool != "blue" {
 		t.Fatalf("got %+v", res.a.IPs)
 	}
@@ -255,6 +267,9 @@ func TestDynamicWaitTimesOut(t *testing.T) {
 	}
 	if u := usageOf(r.m, "default", policy.IPv4); u.Pending != 0 {
 		t.Fatalf("pending not cleared: %+v", u)
+	}
+	if n := testutil.ToFloat64(r.metrics.timeouts); n != 1 {
+		t.Fatalf("allot_ipam_wait_timeouts_total = %v; want 1", n)
 	}
 	// The request's context ends first.
 	r2 := newDynRig(t, time.Minute)

@@ -113,7 +113,9 @@ type Manager struct {
 	// closed (then replaced) whenever an address may have become free.
 	pending map[poolKey]int
 	waiters int
-	changed chan struct{}
+	// waitingSince counts the waiting ADDs by the time each began (the oldest is a metric).
+	waitingSince map[time.Time]int
+	changed      chan struct{}
 }
 
 var _ api.Service = (*Manager)(nil)
@@ -142,6 +144,8 @@ func New(ctx context.Context, opts Options) (*Manager, error) {
 		inflight: map[store.Owner]chan struct{}{},
 		pending:  map[poolKey]int{},
 		changed:  make(chan struct{}),
+
+		waitingSince: map[time.Time]int{},
 	}
 	names := map[string]bool{}
 	for _, ps := range opts.Pools {
@@ -335,6 +339,7 @@ func (m *Manager) allocate(ctx context.Context, req *api.AllocateRequest) (*api.
 		}
 		m.broadcastLocked()
 		m.log.Error("allocation not persisted; addresses returned to their pools", "owner", owner.String(), "err", perr)
+		m.opts.Metrics.storeError("allocate")
 		return nil, api.Errorf(api.CodeUnavailable, "store: %v", perr)
 	}
 	m.owners[owner] = &holding{rec: rec}
@@ -549,6 +554,7 @@ func (m *Manager) release(ctx context.Context, o api.Owner) error {
 	defer m.mu.Unlock()
 	defer m.done(owner)
 	if derr != nil {
+		m.opts.Metrics.storeError("release")
 		return api.Errorf(api.CodeUnavailable, "store: %v", derr)
 	}
 	delete(m.owners, owner)

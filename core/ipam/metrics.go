@@ -15,6 +15,10 @@ type Metrics struct {
 	exhaustion *prometheus.CounterVec
 	usable     *prometheus.GaugeVec
 	used       *prometheus.GaugeVec
+	waiting    *prometheus.GaugeVec
+	oldestWait prometheus.Gauge
+	storeErrs  *prometheus.CounterVec
+	timeouts   prometheus.Counter
 }
 
 // NewMetrics creates the metrics and registers them with reg (nil: not registered).
@@ -40,9 +44,25 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		used: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "allot_ipam_pool_addresses_used", Help: "Addresses of a pool in use.",
 		}, []string{"pool", "family"}),
+		waiting: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "allot_ipam_requests_waiting",
+			Help: "ADDs waiting for an address (the node's blocks are full and it asked the operator for another), by first candidate pool and family.",
+		}, []string{"pool", "family"}),
+		oldestWait: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "allot_ipam_oldest_waiting_request_timestamp_seconds",
+			Help: "Unix time the longest-waiting ADD began waiting; 0 when none waits. time() minus it is how long that pod has waited.",
+		}),
+		storeErrs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "allot_ipam_store_errors_total",
+			Help: "Allocations or releases refused because the node store could not record them, by operation.",
+		}, []string{"op"}),
+		timeouts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "allot_ipam_wait_timeouts_total",
+			Help: "ADDs that waited the whole pending timeout for a block and failed (the runtime retries them).",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.requests, m.allocs, m.releases, m.exhaustion, m.usable, m.used)
+		reg.MustRegister(m.requests, m.allocs, m.releases, m.exhaustion, m.usable, m.used, m.waiting, m.oldestWait, m.storeErrs, m.timeouts)
 	}
 	return m
 }
@@ -67,4 +87,19 @@ func (m *Metrics) pool(name, family string, usable, used uint64) {
 func (m *Metrics) dropPool(name, family string) {
 	m.usable.DeleteLabelValues(name, family)
 	m.used.DeleteLabelValues(name, family)
+}
+
+func (m *Metrics) storeError(op string) { m.storeErrs.WithLabelValues(op).Inc() }
+
+// waits sets the waiting gauges: counts per pool and family (pools no longer waited on go
+// to 0, so a dashboard sees the wait end) and the oldest wait's start.
+func (m *Metrics) waits(counts map[[2]string]int, oldest time.Time) {
+	for k, n := range counts {
+		m.waiting.WithLabelValues(k[0], k[1]).Set(float64(n))
+	}
+	if oldest.IsZero() {
+		m.oldestWait.Set(0)
+		return
+	}
+	m.oldestWait.Set(float64(oldest.UnixNano()) / 1e9)
 }

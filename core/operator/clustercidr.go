@@ -505,6 +505,9 @@ func (op *operator) reconcileConfig(ctx context.Context, req reconcile.Request) 
 		fmt.Sprintf("deletion refused: node(s) %s hold pod CIDRs of this config; it is deleted once they are gone (finalizer %s)",
 			strings.Join(firstN(holders, 10), ", "), allotv1.FinalizerConfigInUse), refusalConfigDeletion)
 	op.m.blocks.WithLabelValues(kindConfig, name, "node").Set(float64(len(holders)))
+	if p != nil {
+		op.m.capacity.WithLabelValues(kindConfig, name, "node").Set(float64(uint64(len(holders)) + free))
+	}
 
 	if terminating && len(holders) == 0 {
 		if controllerutil.ContainsFinalizer(&cfg, allotv1.FinalizerConfigInUse) {

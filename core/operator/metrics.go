@@ -16,6 +16,7 @@ type metrics struct {
 	refusals  *prometheus.CounterVec // refused changes and unservable nodes, by reason
 	fenced    prometheus.Counter     // writes not made: the Lease was lost or too old (fence)
 	blocks    *prometheus.GaugeVec   // blocks held by nodes now, by kind, source, family
+	capacity  *prometheus.GaugeVec   // blocks a source can hand out in all (held + free)
 	leader    prometheus.Gauge       // 1 while this replica leads
 	convergeS prometheus.Histogram   // seconds from rebuild start to rebuild end
 }
@@ -53,6 +54,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Namespace: "allot", Subsystem: "operator", Name: "blocks",
 			Help: "Per-node CIDR blocks currently held by nodes.",
 		}, []string{"kind", "source", "family"}),
+		capacity: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "allot", Subsystem: "operator", Name: "blocks_capacity",
+			Help: "Per-node CIDR blocks a pool or ClusterCIDRConfig can hand out in all (held and free); blocks/blocks_capacity is how full it is.",
+		}, []string{"kind", "source", "family"}),
 		fenced: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "allot", Subsystem: "operator", Name: "fenced_writes_total",
 			Help: "Hand-outs not written because a live read of the Lease showed it lost or too old to renew in time.",
@@ -80,6 +85,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	if err == nil {
 		m.blocks, err = register(reg, m.blocks)
+	}
+	if err == nil {
+		m.capacity, err = register(reg, m.capacity)
 	}
 	if err == nil {
 		m.fenced, err = register(reg, m.fenced)

@@ -551,6 +551,7 @@ func (op *operator) reconcilePool(ctx context.Context, req reconcile.Request) (r
 			want.IPv6 = fs
 		}
 		op.m.blocks.WithLabelValues(kindPool, name, [2]string{"ipv4", "ipv6"}[fi]).Set(float64(counts[fi]))
+		op.m.capacity.WithLabelValues(kindPool, name, [2]string{"ipv4", "ipv6"}[fi]).Set(float64(fs.TotalBlocks))
 	}
 	var nodes allotv1.AllotNodeList
 	if err := op.client.List(ctx, &nodes); err != nil {

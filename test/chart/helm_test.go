@@ -270,7 +270,7 @@ var (
 // decodeStrict decodes every document into its Go type with strict field checking (an unknown
 // or duplicated field is an error): client-go's built-in types, apiextensions and allot.io.
 // cert-manager's kinds, which this module has no types for, get the strict check of the
-// fields the chart writes (certManagerKinds).
+// fields the chart writes (externalKinds).
 func decodeStrict(t testing.TB, rendered []byte) []doc {
 	t.Helper()
 	strictOnce.Do(func() {
@@ -306,7 +306,7 @@ func decodeStrict(t testing.TB, rendered []byte) []doc {
 		}
 		gvk := gv.WithKind(meta.Kind)
 		d := doc{raw: raw, gvk: gvk, name: meta.Metadata.Name, ns: meta.Metadata.Namespace}
-		if check, ok := certManagerKinds[gvk]; ok {
+		if check, ok := externalKinds[gvk]; ok {
 			if err := check(raw); err != nil {
 				t.Fatalf("%s %s: %v", gvk.Kind, d.name, err)
 			}
@@ -326,9 +326,10 @@ func decodeStrict(t testing.TB, rendered []byte) []doc {
 	return docs
 }
 
-// certManagerKinds check cert-manager objects strictly against the subset of cert-manager.io/v1
+// externalKinds check objects of CRDs the chart does not own (cert-manager, prometheus-operator)
+// strictly against the subset it uses; for cert-manager.io/v1
 // the chart uses (field names as in cert-manager's API reference).
-var certManagerKinds = map[schema.GroupVersionKind]func([]byte) error{
+var externalKinds = map[schema.GroupVersionKind]func([]byte) error{
 	{Group: "cert-manager.io", Version: "v1", Kind: "Issuer"}: func(b []byte) error {
 		var o struct {
 			APIVersion string     `json:"apiVersion"`

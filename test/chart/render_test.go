@@ -63,6 +63,8 @@ func variantCases() []valuesCase {
 		{name: "shared-networks-in-multipool", set: []string{"sharedPools.networks={underlay}"}},
 		{name: "clustercidr-webhook", file: "clustercidr.yaml", set: []string{"webhook.enabled=true"}},
 		{name: "island-multipool", set: []string{"clusterPodCIDRs={10.244.0.0/16,fd00:10:244::/56}"}},
+		{name: "monitoring", file: "aws-eni.yaml", set: monitoringSet},
+		{name: "monitoring-multipool", set: monitoringSet},
 	}
 }
 

@@ -11,6 +11,9 @@ refuse to start, and the chart's tests load every example's files with allotd's 
       "store" (dict "path" "/var/lib/allot/allot.db")
       "http" (dict "address" $v.agent.httpAddress)
       "log" (dict "level" $v.log.level "format" $v.log.format) -}}
+{{- if $v.monitoring.enabled -}}
+{{- $_ := set $c.http "metricsAddress" (printf ":%d" (int $v.monitoring.agentPort)) -}}
+{{- end -}}
 {{- $_ := set $c "cni" (dict
       "confDir" "/host/etc/cni/net.d"
       "confName" $v.cni.confName
@@ -55,6 +58,9 @@ refuse to start, and the chart's tests load every example's files with allotd's 
       "mode" "operator"
       "http" (dict "address" $v.operator.httpAddress)
       "log" (dict "level" $v.log.level "format" $v.log.format) -}}
+{{- if $v.monitoring.enabled -}}
+{{- $_ := set $c.http "metricsAddress" (printf ":%d" (int $v.monitoring.operatorPort)) -}}
+{{- end -}}
 {{- $le := $v.operator.leaderElection -}}
 {{- $cluster := dict "leaderElection" (dict
       "namespace" .Release.Namespace
