@@ -41,6 +41,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/allot-ipam/allot/core/addrset"
@@ -290,7 +291,7 @@ func (s *subnetCtl) reconcileApp(ctx context.Context, id string) (time.Duration,
 			if al.Application != id || wanted[al.Pool] {
 				continue
 			}
-			wait, err := s.retire(ctx, subs.Items[i].Name, al.Pool)
+			wait, err := s.retire(ctx, subs.Items[i].Name, al)
 			if err != nil {
 				return 0, err
 			}
@@ -584,6 +585,9 @@ func (s *subnetCtl) ensurePool(ctx context.Context, a *app, w poolWant, ips addr
 		want.Spec.PodAffinity = a.Selector.DeepCopy()
 		want.Spec.NamespaceName = []string{a.Namespace}
 		if pool.ResourceVersion == "" {
+			// Born with the shared-pool finalizer, so that a pool reclaimed right after its
+			// creation still waits for its claims to be freed.
+			controllerutil.AddFinalizer(want, allotv1.FinalizerSharedPoolInUse)
 			err = s.op.client.Create(ctx, want)
 			if apierrors.IsAlreadyExists(err) {
 				continue
@@ -618,11 +622,21 @@ func wrapPoolErr(err error, verb, pool string) error {
 // retire handles a pool its application no longer asks for: a reclaimed pool is deleted and
 // its allocation dropped once it is gone; a kept one (ippool-reclaim "false") stays with its
 // addresses. wait is true while a deleted pool is still draining.
-func (s *subnetCtl) retire(ctx context.Context, subnet, poolName string) (wait bool, err error) {
+func (s *subnetCtl) retire(ctx context.Context, subnet string, al allotv1.SubnetAllocation) (wait bool, err error) {
+	poolName := al.Pool
 	var pool allotv1.SharedIPPool
 	err = s.r.Get(ctx, client.ObjectKey{Name: poolName}, &pool)
 	switch {
 	case apierrors.IsNotFound(err):
+		// Claims of a pool that is gone (made before its finalizer, or forced) still hold
+		// their addresses: the allocation stays until the collector frees them.
+		held, err := s.claimed(ctx, poolName, policy.Family(al.Family))
+		if err != nil {
+			return false, err
+		}
+		if !held.Empty() {
+			return true, nil
+		}
 		return false, s.updateStatus(ctx, subnet, func(sub *allotv1.AllotSubnet) (bool, error) {
 			i := allocIndex(sub, poolName)
 			if i < 0 {
