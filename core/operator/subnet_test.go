@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -390,5 +391,125 @@ func TestSubnetConcurrentCuts(t *testing.T) {
 	// Full: one more cut fails, naming the subnet.
 	if _, err := operator.SubnetCut(h.ctx, h.env.Config, "race", "pool-x", 1); err == nil {
 		t.Error("a cut from a full subnet succeeded")
+	}
+}
+
+// TestFieldsWithoutEffectRefused: on the real API server, the CEL rules refuse the IPPool
+// fields multi-pool mode never reads, and AllotSubnet's own rules hold; no operator runs.
+func TestFieldsWithoutEffectRefused(t *testing.T) {
+	h := newHarness(t)
+	sel := &metav1.LabelSelector{MatchLabels: map[string]string{"a": "b"}}
+	for _, tc := range []struct {
+		field string
+		mod   func(*allotv1.IPPool)
+	}{
+		{"default", func(p *allotv1.IPPool) { p.Spec.Default = true }},
+		{"nodeName", func(p *allotv1.IPPool) { p.Spec.NodeName = []string{"n1"} }},
+		{"nodeAffinity", func(p *allotv1.IPPool) { p.Spec.NodeAffinity = sel }},
+		{"namespaceName", func(p *allotv1.IPPool) { p.Spec.NamespaceName = []string{"ns"} }},
+		{"namespaceAffinity", func(p *allotv1.IPPool) { p.Spec.NamespaceAffinity = sel }},
+		{"podAffinity", func(p *allotv1.IPPool) { p.Spec.PodAffinity = sel }},
+		{"multusName", func(p *allotv1.IPPool) { p.Spec.MultusName = []string{"kube-system/net"} }},
+	} {
+		t.Run("IPPool/"+tc.field, func(t *testing.T) {
+			p := newPool("p-"+strings.ToLower(tc.field), []string{"10.0.0.0/16"}, 24, nil, 0)
+			tc.mod(p)
+			err := h.c.Create(h.ctx, p, client.DryRunAll)
+			want := "spec." + tc.field + " has no effect on an IPPool: in multi-pool mode"
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Fatalf("got %v; want a refusal containing %q", err, want)
+			}
+		})
+	}
+	t.Run("IPPool/disable is honoured, so allowed", func(t *testing.T) {
+		p := newPool("p-disable", []string{"10.0.0.0/16"}, 24, nil, 0)
+		p.Spec.Disable = true
+		if err := h.c.Create(h.ctx, p, client.DryRunAll); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	h.create(testSubnet("s", "10.0.0.0/24", "10.0.0.10-10.0.0.20"))
+	for _, tc := range []struct {
+		name string
+		obj  func() *allotv1.AllotSubnet
+		want string
+	}{
+		{"no family", func() *allotv1.AllotSubnet { s := testSubnet("x", "10.0.0.0/24", "10.0.0.10"); s.Spec.IPv4 = nil; return s },
+			"at least one of spec.ipv4 and spec.ipv6"},
+		{"host bits", func() *allotv1.AllotSubnet { return testSubnet("x", "10.0.0.1/24", "10.0.0.10") }, "no host bits"},
+		{"gateway outside", func() *allotv1.AllotSubnet {
+			s := testSubnet("x", "10.0.0.0/24", "10.0.0.10")
+			s.Spec.IPv4.Gateway = "10.9.0.1"
+			return s
+		}, "gateway must lie inside subnet"},
+		{"v6 subnet as ipv4", func() *allotv1.AllotSubnet {
+			s := testSubnet("x", "10.0.0.0/24", "10.0.0.10")
+			s.Spec.IPv4.Subnet, s.Spec.IPv4.Gateway = "fd00::/64", ""
+			return s
+		}, "spec.ipv4.subnet must be an IPv4 subnet"},
+		{"name too long for the pools' label", func() *allotv1.AllotSubnet {
+			return testSubnet(strings.Repeat("s", 64), "10.0.0.0/24", "10.0.0.10")
+		}, "metadata.name: at most 63 characters"},
+	} {
+		t.Run("AllotSubnet/"+tc.name, func(t *testing.T) {
+			err := h.c.Create(h.ctx, tc.obj(), client.DryRunAll)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v; want a refusal containing %q", err, tc.want)
+			}
+		})
+	}
+	t.Run("AllotSubnet/subnet immutable", func(t *testing.T) {
+		s := h.getSubnet("s")
+		s.Spec.IPv4.Subnet = "10.0.0.0/16"
+		if err := h.c.Update(h.ctx, s, client.DryRunAll); err == nil || !strings.Contains(err.Error(), "subnet is immutable") {
+			t.Fatalf("got %v", err)
+		}
+	})
+}
+
+// TestSubnetAndModeWebhook: the real API server calls the operator's webhook, which refuses
+// an AllotSubnet overlapping another or taking out a pool's addresses, and, with multi-pool
+// off (ClusterCIDRConfig mode), any IPPool, naming the mode.
+func TestSubnetAndModeWebhook(t *testing.T) {
+	h := newHarness(t)
+	h.create(testSubnet("a", "10.0.0.0/24", "10.0.0.10-10.0.0.50"))
+	r := h.run("op", func(o *operator.Options) {
+		subnetOpts(o)
+		o.DisableMultiPool, o.ClusterCIDRConfig = true, true
+		o.SharedPools.Webhook = operator.WebhookOptions{Address: "127.0.0.1:0", Register: true}
+	})
+	r.waitLeader(t, waitFor)
+	var err error
+	eventually(t, waitFor, "webhook answering", func() error {
+		err = h.c.Create(h.ctx, testSubnet("b", "10.0.0.0/24", "10.0.0.40-10.0.0.60"), client.DryRunAll)
+		if err == nil {
+			return fmt.Errorf("overlapping subnet not refused yet")
+		}
+		return nil
+	})
+	if want := `spec.ipv4.ips: 11 address(es) (10.0.0.40-10.0.0.50) are also in AllotSubnet "a"`; !strings.Contains(err.Error(), want) {
+		t.Errorf("got %v; want %q", err, want)
+	}
+	if err := h.c.Create(h.ctx, testSubnet("c", "10.0.0.0/24", "10.0.0.60-10.0.0.70"), client.DryRunAll); err != nil {
+		t.Errorf("disjoint subnet refused: %v", err)
+	}
+	h.deployment("web", 2, map[string]string{"ipam.spidernet.io/subnet": `{"ipv4":["a"]}`})
+	p := h.waitAutoPool("Deployment/default/web", 3)
+	eventually(t, waitFor, "allocation", func() error {
+		if allocation(h.getSubnet("a"), p.Name) == nil {
+			return fmt.Errorf("not yet")
+		}
+		return nil
+	})
+	s := h.getSubnet("a")
+	s.Spec.IPv4.IPs = []string{"10.0.0.30-10.0.0.50"}
+	err = h.c.Update(h.ctx, s, client.DryRunAll)
+	if err == nil || !strings.Contains(err.Error(), "cannot take out addresses given to pools") || !strings.Contains(err.Error(), p.Name) {
+		t.Errorf("taking out a pool's addresses: got %v", err)
+	}
+	err = h.c.Create(h.ctx, newPool("x", []string{"10.9.0.0/16"}, 24, nil, 0), client.DryRunAll)
+	if err == nil || !strings.Contains(err.Error(), "IPPool has no effect in ClusterCIDRConfig mode") {
+		t.Errorf("IPPool with multi-pool off: got %v", err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/allot-ipam/allot/core/addrset"
+	allotv1 "github.com/allot-ipam/allot/core/k8s/apis/allot/v1alpha1"
 	"github.com/allot-ipam/allot/sdk/policy"
 )
 
@@ -155,5 +156,75 @@ func TestTopBottom(t *testing.T) {
 	}
 	if !top(s, 10).Subtract(s).Empty() || top(s, 10).Size() != s.Size() || !bottom(s, 0).Empty() {
 		t.Error("top/bottom past the ends")
+	}
+}
+
+func sn(name, cidr string, ips ...string) allotv1.AllotSubnet {
+	return allotv1.AllotSubnet{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: allotv1.AllotSubnetSpec{IPv4: &allotv1.SubnetFamily{Subnet: cidr, IPs: ips}}}
+}
+
+// The webhook's decisions on AllotSubnets.
+func TestSubnetProblems(t *testing.T) {
+	others := []allotv1.AllotSubnet{sn("a", "10.0.0.0/24", "10.0.0.10-10.0.0.50"), sn("b", "10.1.0.0/16", "10.1.0.10")}
+	held := sn("h", "10.2.0.0/24", "10.2.0.10-10.2.0.30")
+	held.Status.Allocations = []allotv1.SubnetAllocation{{Pool: "auto4-web", Family: "ipv4", Application: "Deployment/default/web", IPs: []string{"10.2.0.20-10.2.0.22"}}}
+	for _, tc := range []struct {
+		name string
+		obj  allotv1.AllotSubnet
+		old  *allotv1.AllotSubnet
+		want string // "" allowed
+	}{
+		{"valid", sn("c", "10.0.0.0/24", "10.0.0.60-10.0.0.70"), nil, ""},
+		{"unparsable entry names the field", sn("c", "10.3.0.0/24", "10.3.0.10", "nope"), nil, "spec.ipv4.ips"},
+		{"entry outside the subnet", sn("c", "10.3.0.0/24", "10.4.0.10"), nil, "spec.ipv4.ips[0]: \"10.4.0.10\" is not inside the subnet"},
+		{"shares addresses with another subnet", sn("c", "10.0.0.0/24", "10.0.0.50-10.0.0.60"), nil, `spec.ipv4.ips: 1 address(es) (10.0.0.50) are also in AllotSubnet "a"`},
+		{"overlapping different subnet", sn("c", "10.1.2.0/24", "10.1.2.10"), nil, `spec.ipv4.subnet: 10.1.2.0/24 overlaps the subnet 10.1.0.0/16 of AllotSubnet "b"`},
+		{"update keeps allocated addresses", sn("h", "10.2.0.0/24", "10.2.0.15-10.2.0.30"), &held, ""},
+		{"update takes out allocated addresses", sn("h", "10.2.0.0/24", "10.2.0.10-10.2.0.20"), &held, `10.2.0.21-10.2.0.22 of SharedIPPool "auto4-web"`},
+		{"update excludes an allocated address", func() allotv1.AllotSubnet {
+			s := sn("h", "10.2.0.0/24", "10.2.0.10-10.2.0.30")
+			s.Spec.IPv4.ExcludeIPs = []string{"10.2.0.21"}
+			return s
+		}(), &held, "cannot take out addresses given to pools"},
+		{"update makes an allocated address the gateway", func() allotv1.AllotSubnet {
+			s := sn("h", "10.2.0.0/24", "10.2.0.10-10.2.0.30")
+			s.Spec.IPv4.Gateway = "10.2.0.20"
+			return s
+		}(), &held, "10.2.0.20 of SharedIPPool"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := strings.Join(subnetProblems(&tc.obj, tc.old, append(others, held)), "; ")
+			if tc.want == "" {
+				if got != "" {
+					t.Fatalf("refused: %s", got)
+				}
+				return
+			}
+			if !strings.Contains(got, tc.want) {
+				t.Fatalf("problems %q; want one containing %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// IPPools are refused, naming the mode, wherever multi-pool is off.
+func TestIPPoolMode(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		o    Options
+		want string // "" allowed
+	}{
+		{"multi-pool", Options{}, ""},
+		{"multi-pool and ClusterCIDRConfig", Options{ClusterCIDRConfig: true}, ""},
+		{"ClusterCIDRConfig only", Options{DisableMultiPool: true, ClusterCIDRConfig: true}, "IPPool has no effect in ClusterCIDRConfig mode"},
+		{"ENI", Options{DisableMultiPool: true, ENI: &ENIOptions{}}, "IPPool has no effect in ENI mode"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := strings.Join(ippoolProblems(ippoolMode(&tc.o)), "; ")
+			if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
+				t.Fatalf("problems %q; want %q", got, tc.want)
+			}
+		})
 	}
 }
