@@ -435,7 +435,11 @@ func TestFieldsWithoutEffectRefused(t *testing.T) {
 		obj  func() *allotv1.AllotSubnet
 		want string
 	}{
-		{"no family", func() *allotv1.AllotSubnet { s := testSubnet("x", "10.0.0.0/24", "10.0.0.10"); s.Spec.IPv4 = nil; return s },
+		{"no family", func() *allotv1.AllotSubnet {
+			s := testSubnet("x", "10.0.0.0/24", "10.0.0.10")
+			s.Spec.IPv4 = nil
+			return s
+		},
 			"at least one of spec.ipv4 and spec.ipv6"},
 		{"host bits", func() *allotv1.AllotSubnet { return testSubnet("x", "10.0.0.1/24", "10.0.0.10") }, "no host bits"},
 		{"gateway outside", func() *allotv1.AllotSubnet {
