@@ -158,7 +158,18 @@ func (s *subnetCtl) run(ctx context.Context, informers func(context.Context, cli
 		}
 	}
 	if _, err := poolInf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		AddFunc: byPool, UpdateFunc: func(_, n any) { byPool(n) }, DeleteFunc: byPool,
+		AddFunc: byPool,
+		UpdateFunc: func(o, n any) {
+			// Status writes (every claim changes the counts) are not the application's
+			// business; spec edits and the start of a deletion are.
+			oo, ok1 := o.(*allotv1.SharedIPPool)
+			nn, ok2 := n.(*allotv1.SharedIPPool)
+			if ok1 && ok2 && oo.Generation == nn.Generation && (oo.DeletionTimestamp == nil) == (nn.DeletionTimestamp == nil) {
+				return
+			}
+			byPool(n)
+		},
+		DeleteFunc: byPool,
 	}); err != nil {
 		return err
 	}
