@@ -416,6 +416,8 @@ func (a *Agent) clusterPools(ctx context.Context, m *ipam.Manager) map[string]fa
 			if f.has(fam) {
 				if err := m.EnsurePool(p.Name, fam); err != nil {
 					a.log.Warn("registering pool", "pool", p.Name, "family", fam, "err", err)
+				} else if err := m.SetPoolDisabled(p.Name, fam, p.Spec.Disable); err != nil {
+					a.log.Warn("marking pool disabled", "pool", p.Name, "family", fam, "err", err)
 				}
 			}
 		}

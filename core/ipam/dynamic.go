@@ -112,6 +112,9 @@ type PoolUsage struct {
 // Options.Dynamic.
 var ErrNotDynamic = errors.New("ipam: pools are static (not in agent mode)")
 
+// ErrNoSuchPool is returned for a pool the manager does not have.
+var ErrNoSuchPool = errors.New("no such pool")
+
 // EnsurePool registers an empty pool name of family fam if there is none.
 func (m *Manager) EnsurePool(name string, fam policy.Family) error {
 	if m.opts.Dynamic == nil {
@@ -124,6 +127,23 @@ func (m *Manager) EnsurePool(name string, fam policy.Family) error {
 	defer m.mu.Unlock()
 	_, err := m.ensurePoolLocked(poolKey{name, fam})
 	return err
+}
+
+// SetPoolDisabled marks a dynamic pool disabled (IPPool spec.disable): it hands out no new
+// address, whatever the policy chose, and the addresses it holds stay. A request whose every
+// candidate is disabled fails at once (CodeNoPool) instead of waiting for a block.
+func (m *Manager) SetPoolDisabled(name string, fam policy.Family, disabled bool) error {
+	if m.opts.Dynamic == nil {
+		return ErrNotDynamic
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p, ok := m.pools[poolKey{name, fam}]
+	if !ok {
+		return fmt.Errorf("ipam: pool %q (%s): %w", name, fam.Label(), ErrNoSuchPool)
+	}
+	p.disabled = disabled
+	return nil
 }
 
 func (m *Manager) ensurePoolLocked(k poolKey) (*pool, error) {

@@ -459,3 +459,38 @@ func TestDynamicBlockGateway(t *testing.T) {
 		t.Fatalf("/31 usable %d, want 2", u.Usable)
 	}
 }
+
+// IPPool spec.disable in multi-pool mode: the pool hands out nothing new, whatever the policy
+// (cilium-annotations does not filter disabled pools), fails at once instead of waiting for a
+// block, and the addresses it holds stay.
+func TestDynamicDisabledPool(t *testing.T) {
+	r := newDynRig(t, 5*time.Second)
+	mustNoErr(t, r.m.AddCIDR("default", pfx("10.1.0.0/29")))
+	held, err := r.m.Allocate(context.Background(), podAdd("c1", "p1"))
+	mustNoErr(t, err)
+	mustNoErr(t, r.m.SetPoolDisabled("default", policy.IPv4, true))
+	start := time.Now()
+	_, err = r.m.Allocate(context.Background(), podAdd("c2", "p2"))
+	if api.CodeOf(err) != api.CodeNoPool || !strings.Contains(err.Error(), `"default" disabled (IPPool spec.disable)`) {
+		t.Fatalf("allocate from a disabled pool: %v", err)
+	}
+	if time.Since(start) > time.Second {
+		t.Errorf("a request to a disabled pool waited %v for a block", time.Since(start))
+	}
+	req := podAdd("c3", "p3")
+	req.IPs = []string{"10.1.0.5"}
+	if _, err := r.m.Allocate(context.Background(), req); api.CodeOf(err) != api.CodeNoPool {
+		t.Fatalf("requested address of a disabled pool: %v", err)
+	}
+	if u := usageOf(r.m, "default", policy.IPv4); u.Used != 1 {
+		t.Fatalf("held address lost: %+v", u)
+	}
+	mustNoErr(t, r.m.Release(context.Background(), &api.ReleaseRequest{Owner: held.Owner}))
+	mustNoErr(t, r.m.SetPoolDisabled("default", policy.IPv4, false))
+	if _, err := r.m.Allocate(context.Background(), podAdd("c4", "p4")); err != nil {
+		t.Fatalf("enabled again: %v", err)
+	}
+	if err := r.m.SetPoolDisabled("nope", policy.IPv4, true); !errors.Is(err, ErrNoSuchPool) {
+		t.Fatalf("unknown pool: %v", err)
+	}
+}

@@ -88,6 +88,9 @@ type pool struct {
 	gateway netip.Addr
 	// addressing overrides how addresses of one block are presented (AddCIDRWith).
 	addressing map[netip.Prefix]Addressing
+	// disabled: the pool hands out no new address, whatever the policy chose; those held
+	// stay (IPPool spec.disable, SetPoolDisabled).
+	disabled bool
 }
 
 type holding struct {
@@ -468,6 +471,9 @@ func (m *Manager) takeRequestedLocked(o api.Owner, idx int, a netip.Addr, cands 
 		}
 		return store.Address{}, api.InvalidField(field, "%s is in pool %q, but this request may use only %v", a, p.alloc.Name(), names)
 	}
+	if p.disabled {
+		return store.Address{}, &api.Error{Code: api.CodeNoPool, Field: field, Message: fmt.Sprintf("%s is in pool %q, which is disabled (IPPool spec.disable)", a, p.alloc.Name())}
+	}
 	if err := p.alloc.Allocate(a); err != nil {
 		if errors.Is(err, allocator.ErrInUse) {
 			holder := m.holders[a]
@@ -479,11 +485,15 @@ func (m *Manager) takeRequestedLocked(o api.Owner, idx int, a netip.Addr, cands 
 }
 
 func (m *Manager) takeNextLocked(fam policy.Family, cands []policy.Candidate) (store.Address, error) {
-	var tried []string
+	var tried, disabled []string
 	for _, c := range cands {
 		p, ok := m.pools[poolKey{c.Pool, fam}]
 		if !ok {
 			return store.Address{}, api.Errorf(api.CodeNotFound, "pool %q chosen by the policy has no %s addresses", c.Pool, fam.Label())
+		}
+		if p.disabled {
+			disabled = append(disabled, c.Pool)
+			continue
 		}
 		a, err := p.alloc.AllocateNext()
 		if errors.Is(err, allocator.ErrExhausted) {
@@ -496,7 +506,15 @@ func (m *Manager) takeNextLocked(fam policy.Family, cands []policy.Candidate) (s
 		}
 		return m.addressOf(p, a), nil
 	}
-	return store.Address{}, api.Errorf(api.CodeExhausted, "no free %s address: pool(s) %s exhausted", fam, strings.Join(quoteAll(tried), ", "))
+	if len(tried) == 0 && len(disabled) > 0 {
+		// Nothing to wait for: a new block would not be used either.
+		return store.Address{}, api.Errorf(api.CodeNoPool, "no %s address: pool(s) %s disabled (IPPool spec.disable)", fam, strings.Join(quoteAll(disabled), ", "))
+	}
+	msg := fmt.Sprintf("no free %s address: pool(s) %s exhausted", fam, strings.Join(quoteAll(tried), ", "))
+	if len(disabled) > 0 {
+		msg += fmt.Sprintf("; %s disabled (IPPool spec.disable)", strings.Join(quoteAll(disabled), ", "))
+	}
+	return store.Address{}, api.Errorf(api.CodeExhausted, "%s", msg)
 }
 
 func (m *Manager) addressOf(p *pool, a netip.Addr) store.Address {

@@ -23,6 +23,9 @@ func (m *Manager) poolViewsLocked() []policy.PoolView {
 			Total:   st.Usable,
 			Free:    st.Free,
 			Default: p.spec.Default,
+			// Policies that filter disabled pools (spiderpool-priority) skip it; the
+			// manager refuses it for every other policy (takeNextLocked).
+			Disabled: p.disabled,
 		}
 		for _, r := range p.spec.Allocator.Exclude {
 			v.Excluded = append(v.Excluded, rangeString(r.From.String(), r.To.String()))

@@ -286,8 +286,14 @@ func TestClusterCIDRConfigRules(t *testing.T) {
 		}
 		return nil
 	})
-	if hooks := mustVWC(t, h).Webhooks; len(hooks) != 1 || hooks[0].Name != "clustercidrconfigs.allot.io" {
-		t.Errorf("webhooks %+v; want only clustercidrconfigs.allot.io (shared pools are off)", hooks)
+	// Shared pools are off; IPPools are sent to be refused (multi-pool is off: they would do
+	// nothing).
+	if hooks := mustVWC(t, h).Webhooks; len(hooks) != 2 || hooks[0].Name != "clustercidrconfigs.allot.io" || hooks[1].Name != "ippools.allot.io" {
+		names := make([]string, len(hooks))
+		for i := range hooks {
+			names[i] = hooks[i].Name
+		}
+		t.Errorf("webhooks %v; want clustercidrconfigs.allot.io and ippools.allot.io (shared pools are off)", names)
 	}
 	reservedOut := newCCC("reserved-out", nil, "10.20.0.0/16", 24, "fd00:20::/112", 120)
 	reservedOut.Spec.IPv4.Reserved = []string{"10.20.0.1", "10.21.0.0/24"}

@@ -40,6 +40,9 @@ type SharedPoolOptions struct {
 	GCGrace time.Duration
 	// GCInterval is how often the collector scans (default GCGrace/3, at most 10 s).
 	GCInterval time.Duration
+	// SubnetResync is how often the SpiderSubnet controller re-checks every AllotSubnet's
+	// pools against their workloads (default 10 s).
+	SubnetResync time.Duration
 	// Webhook is the admission webhook (off unless Webhook.Address is set). It runs on every
 	// replica, leader or not, so a standby answers too.
 	Webhook WebhookOptions
@@ -57,6 +60,12 @@ func (o *SharedPoolOptions) defaults() error {
 	}
 	if o.GCInterval == 0 {
 		o.GCInterval = min(max(o.GCGrace/3, 10*time.Millisecond), maxSharedGCInterval)
+	}
+	if o.SubnetResync < 0 {
+		return fmt.Errorf("operator: SharedPools.SubnetResync: %v must not be negative", o.SubnetResync)
+	}
+	if o.SubnetResync == 0 {
+		o.SubnetResync = DefaultSubnetResync
 	}
 	return o.Webhook.defaults()
 }
@@ -131,7 +140,31 @@ func (op *operator) setupShared(mgr ctrl.Manager) error {
 		return fmt.Errorf("operator: shared pool controller: %w", err)
 	}
 	gc := newSharedGC(op)
-	return mgr.Add(gc)
+	if err := mgr.Add(gc); err != nil {
+		return err
+	}
+	return op.setupSubnets(mgr)
+}
+
+// crdServed asks the API server whether it serves resource of allot.io/v1alpha1.
+func crdServed(cfg *rest.Config, resource string) (bool, error) {
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return false, err
+	}
+	list, err := dc.ServerResourcesForGroupVersion(allotv1.SchemeGroupVersion.String())
+	if err != nil {
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		return false, err
+	}
+	for _, r := range list.APIResources {
+		if r.Name == resource {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // sharedState is one term's shared-pool state.

@@ -28,6 +28,7 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionregv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -146,6 +147,8 @@ type webhookServer struct {
 	podCIDRs    []netip.Prefix
 	ln          net.Listener
 	srv         *http.Server
+	// ippoolMode is the mode that refuses IPPools ("" in multi-pool mode, which uses them).
+	ippoolMode string
 }
 
 // startWebhook starts the admission webhook (a no-op when Address is empty, or when neither
@@ -169,7 +172,8 @@ func startWebhook(ctx context.Context, opts *Options, log *slog.Logger) (func(),
 		return nil, fmt.Errorf("operator: SharedPools.Webhook.Address: %w", err)
 	}
 	w := &webhookServer{o: o, log: log, c: c, m: m, ln: ln,
-		shared: !opts.SharedPools.Disable, ccc: opts.ClusterCIDRConfig, podCIDRs: opts.ClusterPodCIDRs}
+		shared: !opts.SharedPools.Disable, ccc: opts.ClusterCIDRConfig, podCIDRs: opts.ClusterPodCIDRs,
+		ippoolMode: ippoolMode(opts)}
 	if o.URL == "" && o.ServiceName == "" {
 		o.URL = "https://" + listenHostPort(ln.Addr()) + o.Path
 	}
@@ -322,6 +326,30 @@ func (w *webhookServer) judge(ctx context.Context, req *admissionv1.AdmissionReq
 			return nil, nil
 		}
 		return validatePool(ctx, w.c, &obj, old)
+	case "allotsubnets":
+		if !w.shared {
+			return nil, nil
+		}
+		var obj allotv1.AllotSubnet
+		if err := json.Unmarshal(req.Object.Raw, &obj); err != nil {
+			return []string{"object: " + err.Error()}, nil
+		}
+		var old *allotv1.AllotSubnet
+		if req.Operation == admissionv1.Update && len(req.OldObject.Raw) > 0 {
+			old = &allotv1.AllotSubnet{}
+			if err := json.Unmarshal(req.OldObject.Raw, old); err != nil {
+				return []string{"oldObject: " + err.Error()}, nil
+			}
+			if equality.Semantic.DeepEqual(obj.Spec, old.Spec) {
+				return nil, nil
+			}
+		}
+		if obj.DeletionTimestamp != nil {
+			return nil, nil
+		}
+		return validateSubnet(ctx, w.c, &obj, old)
+	case "ippools":
+		return ippoolProblems(w.ippoolMode), nil
 	case "reservedips":
 		if !w.shared {
 			return nil, nil
@@ -395,10 +423,16 @@ func (w *webhookServer) desired(bundle []byte) []admissionregv1.ValidatingWebhoo
 	}
 	var hooks []admissionregv1.ValidatingWebhook
 	if w.shared {
-		hooks = append(hooks, hook("sharedippools.allot.io", "sharedippools"), hook("reservedips.allot.io", "reservedips"))
+		hooks = append(hooks, hook("sharedippools.allot.io", "sharedippools"), hook("reservedips.allot.io", "reservedips"),
+			hook("allotsubnets.allot.io", "allotsubnets"))
 	}
 	if w.ccc {
 		hooks = append(hooks, hook("clustercidrconfigs.allot.io", "clustercidrconfigs"))
+	}
+	// IPPools go through the webhook only where they would do nothing: in multi-pool mode
+	// an operator outage must not block editing them.
+	if w.ippoolMode != "" {
+		hooks = append(hooks, hook("ippools.allot.io", "ippools"))
 	}
 	return hooks
 }

@@ -128,3 +128,115 @@ func few(s []string, n int) string {
 func specChanged(obj, old *allotv1.SharedIPPool) bool {
 	return old == nil || !equality.Semantic.DeepEqual(obj.Spec, old.Spec)
 }
+
+// validateSubnet judges an AllotSubnet create or update (old is nil on create) against the
+// other subnets, read from r (the API server itself).
+func validateSubnet(ctx context.Context, r client.Reader, obj, old *allotv1.AllotSubnet) ([]string, error) {
+	var subs allotv1.AllotSubnetList
+	if err := r.List(ctx, &subs); err != nil {
+		return nil, fmt.Errorf("list AllotSubnets: %w", err)
+	}
+	return subnetProblems(obj, old, subs.Items), nil
+}
+
+// subnetProblems is validateSubnet without the reads: every entry parses and lies inside the
+// subnet (the field named), the subnet shares no address with another AllotSubnet (pools cut
+// from both would overlap), and an update keeps every address given to a pool
+// (status.allocations of the stored object).
+func subnetProblems(obj, old *allotv1.AllotSubnet, others []allotv1.AllotSubnet) []string {
+	var out []string
+	mine := map[policy.Family]*sharedpool.Family{}
+	for _, fam := range []policy.Family{policy.IPv4, policy.IPv6} {
+		if subnetFamily(obj, fam) == nil {
+			continue
+		}
+		f, err := resolveSubnet(obj, fam, sharedpool.Reserved{})
+		if err != nil {
+			out = append(out, strings.TrimPrefix(err.Error(), fmt.Sprintf("AllotSubnet %s: ", obj.Name)))
+			continue
+		}
+		mine[fam] = f
+	}
+	if len(out) > 0 {
+		return out
+	}
+	sorted := slices.Clone(others)
+	slices.SortFunc(sorted, func(a, b allotv1.AllotSubnet) int { return strings.Compare(a.Name, b.Name) })
+	for i := range sorted {
+		o := &sorted[i]
+		if o.Name == obj.Name {
+			continue
+		}
+		for fam, f := range mine {
+			if subnetFamily(o, fam) == nil {
+				continue
+			}
+			g, err := resolveSubnet(o, fam, sharedpool.Reserved{})
+			if err != nil {
+				continue
+			}
+			if f.Subnet != g.Subnet && f.Subnet.Overlaps(g.Subnet) {
+				out = append(out, fmt.Sprintf("spec.%s.subnet: %s overlaps the subnet %s of AllotSubnet %q", fam, f.Subnet, g.Subnet, o.Name))
+			}
+			if f.Subnet == g.Subnet && f.Configured.Overlaps(g.Configured) {
+				common := f.Configured.Intersect(g.Configured)
+				out = append(out, fmt.Sprintf("spec.%s.ips: %d address(es) (%s) are also in AllotSubnet %q; pools cut from both would overlap",
+					fam, common.Size(), few(common.Strings(), 5), o.Name))
+			}
+		}
+	}
+	if old == nil {
+		return out
+	}
+	var taken []string
+	for _, al := range old.Status.Allocations {
+		fam := policy.Family(al.Family)
+		set, err := addrset.Parse("status.allocations.ips", fam, al.IPs)
+		if err != nil {
+			continue
+		}
+		var gone addrset.Set
+		if f := mine[fam]; f == nil {
+			gone = set
+		} else {
+			gone = set.Subtract(f.Usable)
+		}
+		if !gone.Empty() {
+			taken = append(taken, fmt.Sprintf("%s of SharedIPPool %q (%s)", gone.String(), al.Pool, al.Application))
+		}
+	}
+	if len(taken) > 0 {
+		out = append(out, fmt.Sprintf("spec.ips/excludeIPs/gateway: cannot take out addresses given to pools: %s (they leave the subnet once their pool shrinks or is reclaimed)",
+			few(taken, 10)))
+	}
+	return out
+}
+
+// Mode names, as error messages give them.
+const (
+	modeClusterCIDR = "ClusterCIDRConfig mode"
+	modeENI         = "ENI mode"
+)
+
+// ippoolMode is the mode IPPools are refused in, "" when they are used (multi-pool on).
+func ippoolMode(o *Options) string {
+	switch {
+	case !o.DisableMultiPool:
+		return ""
+	case o.ENI != nil:
+		return modeENI
+	case o.ClusterCIDRConfig:
+		return modeClusterCIDR
+	}
+	return "this mode"
+}
+
+// ippoolProblems refuses every IPPool in a mode that never reads one: an IPPool there would
+// be accepted and do nothing.
+func ippoolProblems(mode string) []string {
+	if mode == "" {
+		return nil
+	}
+	return []string{fmt.Sprintf("IPPool has no effect in %s (the operator runs with multi-pool off): node addresses come from %s; remove the IPPool or turn multi-pool on",
+		mode, map[string]string{modeENI: "the cloud backend (cluster.eni)", modeClusterCIDR: "ClusterCIDRConfigs"}[mode])}
+}

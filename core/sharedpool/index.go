@@ -513,6 +513,9 @@ func (x *Index) views() ([]policy.PoolView, map[string]string) {
 				Excluded:    spec.ExcludeIPs,
 				NodeName:    p.Spec.NodeName, NamespaceName: p.Spec.NamespaceName, MultusName: p.Spec.MultusName,
 			}
+			// An auto pool names the AllotSubnet it was cut from; the pod annotations
+			// ipam.spidernet.io/subnet(s) select pools by it (spiderpool-priority).
+			v.Subnet = p.Labels[v1alpha1.LabelSubnet]
 			if p.Spec.NodeAffinity != nil {
 				s := k8s.LabelSelector(p.Spec.NodeAffinity)
 				v.NodeAffinity = &s

@@ -138,7 +138,7 @@ func TestHelmInstallExamples(t *testing.T) {
 					kept = append(kept, o)
 				}
 			}
-			for _, crd := range []string{"ippools", "allotnodes", "clustercidrconfigs", "sharedippools", "addressclaims", "allotendpoints", "reservedips"} {
+			for _, crd := range []string{"ippools", "allotnodes", "clustercidrconfigs", "sharedippools", "addressclaims", "allotendpoints", "reservedips", "allotsubnets"} {
 				var o apiextensionsv1.CustomResourceDefinition
 				if err := c.Get(ctx, client.ObjectKey{Name: crd + ".allot.io"}, &o); err != nil {
 					t.Errorf("CRD %s: %v", crd, err)

@@ -768,9 +768,14 @@ func checkWebhook(t *testing.T, docs []doc, v values) {
 	if !underMount(op, w("certDir")+"/tls.crt") {
 		t.Errorf("webhook certDir %s is not mounted", w("certDir"))
 	}
-	want := []string{"sharedippools.allot.io", "reservedips.allot.io"}
+	// IPPools are sent to the webhook only where multi-pool is off (refused there, naming the
+	// mode), as the operator registers them (core/operator/webhook.go).
+	want := []string{"sharedippools.allot.io", "reservedips.allot.io", "allotsubnets.allot.io"}
 	if v.Mode == "clustercidr" {
 		want = append(want, "clustercidrconfigs.allot.io")
+	}
+	if v.Mode == "clustercidr" || v.Mode == "eni" {
+		want = append(want, "ippools.allot.io")
 	}
 	var got []string
 	for _, wh := range vwc.Webhooks {

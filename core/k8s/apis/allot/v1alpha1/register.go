@@ -33,6 +33,7 @@ func addKnownTypes(s *runtime.Scheme) error {
 		&AddressClaim{}, &AddressClaimList{},
 		&AllotEndpoint{}, &AllotEndpointList{},
 		&ReservedIP{}, &ReservedIPList{},
+		&AllotSubnet{}, &AllotSubnetList{},
 	)
 	metav1.AddToGroupVersion(s, SchemeGroupVersion)
 	return nil
