@@ -107,6 +107,9 @@ type ClusterENI struct {
 	SubnetIDs           []string          `koanf:"subnetIDs"`
 	SubnetTags          map[string]string `koanf:"subnetTags"`
 	SecurityGroups      []string          `koanf:"securityGroups"`
+	// ExcludeInterfaceTags: interfaces carrying all of these tags never serve pods (Cilium's
+	// --exclude-interface-tags).
+	ExcludeInterfaceTags map[string]string `koanf:"excludeInterfaceTags"`
 	// Description of new interfaces ("%s": the node name) and their Tags.
 	Description         string            `koanf:"description"`
 	Tags                map[string]string `koanf:"tags"`
@@ -204,7 +207,7 @@ func (c *Config) validateENI() []error {
 	for _, m := range []struct {
 		field string
 		tags  map[string]string
-	}{{"subnetTags", e.SubnetTags}, {"tags", e.Tags}, {"node.subnetTags", e.Node.SubnetTags}} {
+	}{{"subnetTags", e.SubnetTags}, {"tags", e.Tags}, {"node.subnetTags", e.Node.SubnetTags}, {"excludeInterfaceTags", e.ExcludeInterfaceTags}} {
 		for k := range m.tags {
 			if k == "" {
 				add(m.field, "empty key")

@@ -163,6 +163,7 @@ func ENIEngineConfig(e config.ClusterENI) eni.Config {
 	c.SubnetIDs = e.SubnetIDs
 	c.SubnetTags = e.SubnetTags
 	c.SecurityGroups = e.SecurityGroups
+	c.ExcludeInterfaceTags = e.ExcludeInterfaceTags
 	if e.Description != "" {
 		c.Description = e.Description
 	}

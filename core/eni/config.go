@@ -16,6 +16,10 @@ type Config struct {
 	// secondary addresses are used); 1 keeps eth0 out of it, as Cilium's ENI documentation
 	// suggests.
 	FirstInterfaceIndex int
+	// ExcludeInterfaceTags (Cilium's --exclude-interface-tags): interfaces carrying all of
+	// these tags are never used for pod addresses (Selector.ExcludeTags), e.g. ENIs another
+	// tool attached for its own traffic.
+	ExcludeInterfaceTags map[string]string
 	// SubnetIDs and SubnetTags (spec.eni.subnet-ids, spec.eni.subnet-tags) narrow the
 	// subnets new interfaces go to. Both set: a subnet must match both.
 	SubnetIDs  []string
@@ -100,6 +104,9 @@ func (c Config) Validate() error {
 		if k == "" {
 			errs = append(errs, errors.New("subnet-tags: empty key"))
 		}
+	}
+	if _, ok := c.ExcludeInterfaceTags[""]; ok {
+		errs = append(errs, errors.New("exclude-interface-tags: empty key"))
 	}
 	return errors.Join(errs...)
 }

@@ -48,6 +48,8 @@ type NodeStatus struct {
 	Available, Used, Needed, Excess int
 	Pending                         int
 	Interfaces                      int
+	// Capacity is the most pod addresses the node's instance can hold (Capacity; 0 unknown).
+	Capacity int
 	// Releasing counts the node's addresses in the release handshake (marked or ready).
 	Releasing int
 	// Blocked says why the node's need could not be met ("" when it was, or there was none).
@@ -278,8 +280,8 @@ func (e *Engine) Pass(ctx context.Context) PassResult {
 			return
 		}
 		q.n.inv = &inv
-		p := e.params(q.state)
-		avail := Available(inv, e.first(q.state))
+		p := e.effectiveParams(q.state, inv)
+		avail := Available(inv, e.selector(q.state))
 		q.deficit = Deficit(NeededIPs(avail, len(q.state.Used), p), ExcessIPs(avail, len(q.state.Used), p))
 	})
 	order(items)
@@ -345,6 +347,23 @@ func (e *Engine) params(s NodeState) Params {
 	return e.cfg.Params
 }
 
+// effectiveParams are the node's watermarks with max-allocate, when unset, taken from the
+// instance's capacity (Capacity), as Cilium's getMaxAllocate does: without it a node whose
+// pods outgrow what its instance type can hold would keep "needing" addresses no interface
+// can take, every pass.
+func (e *Engine) effectiveParams(s NodeState, inv cloud.NodeInventory) Params {
+	p := e.params(s)
+	if p.MaxAllocate == 0 {
+		p.MaxAllocate = Capacity(inv, e.selector(s))
+	}
+	return p
+}
+
+// selector is which of the node's interfaces carry pod addresses.
+func (e *Engine) selector(s NodeState) Selector {
+	return Selector{First: e.first(s), ExcludeTags: e.cfg.ExcludeInterfaceTags}
+}
+
 // first is the node's first interface index: its own when it has one, else the config's.
 func (e *Engine) first(s NodeState) int {
 	if s.FirstInterfaceIndex != nil {
@@ -388,8 +407,9 @@ func (e *Engine) maintain(ctx context.Context, q *queued) (r struct {
 	Worked int
 }) {
 	n, inv, s := q.n, q.n.inv, q.state
-	p := e.params(s)
-	first := e.first(s)
+	p := e.effectiveParams(s, *inv)
+	sel := e.selector(s)
+	first := sel.First
 	used := len(s.Used)
 	n.status = NodeStatus{Name: q.name, Used: used, Pending: s.Pending}
 	changed := false
@@ -399,7 +419,7 @@ func (e *Engine) maintain(ctx context.Context, q *queued) (r struct {
 	blocked := ""
 	steps := 0
 	for {
-		avail := Available(*inv, first)
+		avail := Available(*inv, sel)
 		needed := NeededIPs(avail, used, p)
 		if needed == 0 {
 			if !n.neededSince.IsZero() {
@@ -417,7 +437,7 @@ func (e *Engine) maintain(ctx context.Context, q *queued) (r struct {
 		}
 		r.Worked++
 		want := AllocationTarget(avail, needed, s.Pending, p)
-		if ifc, onIfc, onSub, ok := PickInterface(*inv, first, skip); ok {
+		if ifc, onIfc, onSub, ok := PickInterface(*inv, sel, skip); ok {
 			steps++
 			amount := AllocationAmount(onSub, onIfc, want)
 			got, err := e.backend.Allocate(ctx, cloud.AllocateRequest{Node: s.Ref, Interface: ifc.ID, Family: cloud.IPv4, Count: amount})
@@ -482,7 +502,7 @@ func (e *Engine) maintain(ctx context.Context, q *queued) (r struct {
 	}
 
 	// Release handshake (also aborts marks when the node is no longer in excess).
-	avail := Available(*inv, first)
+	avail := Available(*inv, sel)
 	needed, excess := NeededIPs(avail, used, p), ExcessIPs(avail, used, p)
 	if e.opts.Handshake != nil {
 		rel := e.release(ctx, q, needed, excess)
@@ -495,15 +515,16 @@ func (e *Engine) maintain(ctx context.Context, q *queued) (r struct {
 		changed = changed || rel.released > 0
 	}
 
-	avail = Available(*inv, first)
+	avail = Available(*inv, sel)
 	n.status.Available = avail
 	n.status.Needed = NeededIPs(avail, used, p)
 	n.status.Excess = ExcessIPs(avail, used, p)
 	n.status.Interfaces = len(inv.Interfaces)
+	n.status.Capacity = Capacity(*inv, sel)
 	n.status.Blocked = blocked
 	if e.opts.Publisher != nil {
 		pool := *inv
-		pool.Interfaces = Eligible(*inv, first)
+		pool.Interfaces = Eligible(*inv, sel)
 		// Publish on every change, and once for a node first seen (e.g. after a restart).
 		if sig := poolSignature(pool); changed || sig != n.published {
 			if err := e.opts.Publisher.Publish(ctx, q.name, pool); err != nil {
@@ -566,7 +587,7 @@ func (e *Engine) release(ctx context.Context, q *queued, needed, excess int) (rr
 		inUse[a] = true
 	}
 	owner := map[netip.Addr]string{}
-	for _, ifc := range Eligible(*inv, e.first(s)) {
+	for _, ifc := range Eligible(*inv, e.selector(s)) {
 		for _, a := range ifc.Addresses {
 			owner[a] = ifc.ID
 		}
@@ -640,7 +661,7 @@ func (e *Engine) release(ctx context.Context, q *queued, needed, excess int) (rr
 			_, refused := n.refused[a]
 			return inUse[a] || inHS || refused
 		}
-		_, cands := PickRelease(*inv, e.first(s), busy, budget)
+		_, cands := PickRelease(*inv, e.selector(s), busy, budget)
 		seen := map[netip.Addr]bool{}
 		for _, a := range cands {
 			seen[a] = true

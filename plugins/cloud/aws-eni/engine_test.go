@@ -1,10 +1,16 @@
 package awseni_test
 
 import (
+	"context"
 	"math/rand"
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
 
 	"github.com/allot-ipam/allot/core/eni"
 	awseni "github.com/allot-ipam/allot/plugins/cloud/aws-eni"
@@ -215,4 +221,59 @@ func TestBackendCachesInventory(t *testing.T) {
 	}
 	_ = awseni.Name
 	_ = eni.DefaultConfig
+}
+
+// TestCapacityAndExcludedENIOnEC2: a t3.medium (3 ENIs x 6 addresses) carries one ENI
+// tagged for exclusion at device index 1. Its pods ask for more than the instance can hold;
+// the engine stops at the capacity of the two usable ENIs ((3 - 1) x 5) without
+// max-allocate, needs nothing more (no calls bound to fail), and never puts an address on
+// or takes one from the excluded ENI.
+func TestCapacityAndExcludedENIOnEC2(t *testing.T) {
+	h := newHarness(t, setup{
+		subnets: []netip.Prefix{netip.MustParsePrefix("10.1.0.0/20")},
+		types:   []string{"t3.medium"},
+		nodes:   1,
+		ecfg:    func(c *eni.Config) { c.ExcludeInterfaceTags = map[string]string{"allot.io/exclude": "true"} },
+	})
+	ctx := context.Background()
+	api := ec2fake.NewClient(h.url)
+	inst, _ := awseni.InstanceID(h.nodes[0].ref)
+	created, err := api.CreateNetworkInterface(ctx, &ec2.CreateNetworkInterfaceInput{SubnetId: aws.String(h.subnets[0]),
+		SecondaryPrivateIpAddressCount: aws.Int32(2),
+		TagSpecifications: []types.TagSpecification{{ResourceType: types.ResourceTypeNetworkInterface,
+			Tags: []types.Tag{{Key: aws.String("allot.io/exclude"), Value: aws.String("true")}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	excluded := aws.ToString(created.NetworkInterface.NetworkInterfaceId)
+	if _, err := api.AttachNetworkInterface(ctx, &ec2.AttachNetworkInterfaceInput{NetworkInterfaceId: aws.String(excluded),
+		InstanceId: aws.String(inst), DeviceIndex: aws.Int32(1)}); err != nil {
+		t.Fatal(err)
+	}
+	h.nodes[0].want = 10
+	h.converge(20, time.Second, false)
+	st, _ := h.engine.Status(h.nodes[0].ref.Name)
+	if st.Capacity != 10 || st.Available != 10 || st.Needed != 0 || st.Blocked != "" {
+		t.Fatalf("status %+v, want capacity = available = 10, nothing needed", st)
+	}
+	calls := h.mutatingCalls()
+	for i := 0; i < 3; i++ {
+		h.agents()
+		h.engine.Pass(ctx)
+	}
+	if got := h.mutatingCalls(); got != calls {
+		t.Fatalf("a node at capacity still changes EC2: %d calls, was %d", got, calls)
+	}
+	for _, e := range h.fake.InstanceENIs(inst) {
+		if e.ID == excluded && len(e.Secondary) != 2 {
+			t.Fatalf("excluded ENI's addresses changed: %v", e.Secondary)
+		}
+	}
+	for _, a := range h.pools.addrs(h.nodes[0].ref.Name) {
+		for _, e := range h.fake.InstanceENIs(inst) {
+			if e.ID == excluded && slices.Contains(e.Secondary, a) {
+				t.Fatalf("address %s of the excluded ENI is in the pool", a)
+			}
+		}
+	}
 }
