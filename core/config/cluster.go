@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"sort"
@@ -130,6 +131,14 @@ type ClusterENI struct {
 	// HostRoutes presents addresses to pods as /32 (/128) without gateway instead of with
 	// their subnet's prefix length and router.
 	HostRoutes bool `koanf:"hostRoutes"`
+	// HostRouting sets up the host as the AWS VPC CNI does (core/enihost): a route to each
+	// pod's host-side veth, a routing table per secondary ENI and per-pod rules so that a
+	// pod's traffic leaves through the ENI holding its address. Default true; false leaves
+	// routing to the interface plugin.
+	HostRouting *bool `koanf:"hostRouting"`
+	// NetnsDirs are where the container runtime keeps pods' network namespaces, searched for
+	// each pod's veth (default /var/run/netns).
+	NetnsDirs []string `koanf:"netnsDirs"`
 	// Node is what the agent writes in its AllotNode's spec.eni: the instance (default:
 	// from the Node's spec.providerID), its type and zone (default: the Node's labels), and
 	// per-node overrides of the operator's settings above.
@@ -153,6 +162,12 @@ type ENINode struct {
 
 // Enabled reports whether ENI mode is on.
 func (e ClusterENI) Enabled() bool { return e.Backend != "" }
+
+// HostRoutingEnabled reports whether the agent sets up ENI host routing (on by default in
+// ENI mode).
+func (e ClusterENI) HostRoutingEnabled() bool {
+	return e.Enabled() && (e.HostRouting == nil || *e.HostRouting)
+}
 
 // validateENI checks cluster.eni; errors name the field.
 func (c *Config) validateENI() []error {
@@ -197,6 +212,11 @@ func (c *Config) validateENI() []error {
 	}{{"releaseDelay", e.ReleaseDelay}, {"minPassInterval", e.MinPassInterval}, {"resyncInterval", e.ResyncInterval}} {
 		if d.v < 0 || d.v > 24*time.Hour {
 			add(d.field, "%s must be between 0 and 24h", d.v)
+		}
+	}
+	for i, d := range e.NetnsDirs {
+		if !filepath.IsAbs(d) {
+			add(fmt.Sprintf("netnsDirs[%d]", i), "%q is not an absolute path", d)
 		}
 	}
 	for i, id := range append(slices.Clone(e.SubnetIDs), e.Node.SubnetIDs...) {

@@ -267,6 +267,21 @@ func (h *Host) PodRoutes() (map[netip.Addr]int, error) {
 	return out, nil
 }
 
+// RuleAddrs returns the pod address of each of allot's rules, sorted, once per rule
+// (tests, diagnostics).
+func (h *Host) RuleAddrs() ([]netip.Addr, error) {
+	rs, err := h.rules()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]netip.Addr, 0, len(rs))
+	for k := range rs {
+		out = append(out, k.addr)
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return out, nil
+}
+
 // RemoveAll removes every rule, ENI table route and pod route of allot's (uninstall).
 func (h *Host) RemoveAll() error {
 	have, err := h.rules()
