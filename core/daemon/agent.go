@@ -309,7 +309,7 @@ func (d *AgentDaemon) bringUp(ctx context.Context) {
 		default:
 		}
 	}
-	if _, err := d.datapath.SetPodCIDRs(ctx, agentPodCIDRs(d.manager.Usage())); err != nil {
+	if _, err := d.datapath.SetPodCIDRs(ctx, d.cfg.Datapath.MasqueradedPodCIDRs(agentPodCIDRs(d.manager.Usage()))); err != nil {
 		fail(err)
 		return
 	}
@@ -349,7 +349,7 @@ func (d *AgentDaemon) followBlocks(ctx context.Context) {
 		case <-retry:
 		}
 		retry = nil
-		if _, err := d.datapath.SetPodCIDRs(ctx, agentPodCIDRs(d.manager.Usage())); err != nil {
+		if _, err := d.datapath.SetPodCIDRs(ctx, d.cfg.Datapath.MasqueradedPodCIDRs(agentPodCIDRs(d.manager.Usage()))); err != nil {
 			if ctx.Err() != nil {
 				return
 			}
