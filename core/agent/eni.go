@@ -7,7 +7,6 @@ import (
 	"net/netip"
 	"slices"
 
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -77,15 +76,14 @@ func (a *Agent) syncENI(ctx context.Context) error {
 		return fmt.Errorf("agent: read AllotNode %s: %w", a.opts.NodeName, err)
 	}
 
-	// spec.eni: ours.
-	if !equality.Semantic.DeepEqual(node.Spec.ENI, &o.Spec) {
-		want := o.Spec.DeepCopy()
+	// spec.eni: the agent's configuration, merged so that a field someone edited by hand
+	// keeps its value (eninode.MergeSpec).
+	if _, changed, err := eninode.MergeSpec(node.DeepCopy(), &o.Spec); err != nil {
+		a.reportOnce("merge spec.eni", "spec.eni could not be merged with the agent's configuration", "err", err)
+	} else if changed {
 		err := eninode.UpdateSpec(ctx, a.eniClients(), a.opts.NodeName, func(n *v1alpha1.AllotNode) bool {
-			if equality.Semantic.DeepEqual(n.Spec.ENI, want) {
-				return false
-			}
-			n.Spec.ENI = want
-			return true
+			_, changed, err := eninode.MergeSpec(n, &o.Spec)
+			return err == nil && changed
 		})
 		a.metrics.writes.WithLabelValues("spec", resultOf(err)).Inc()
 		if err != nil {
@@ -273,7 +271,9 @@ func (a *Agent) eniUsage(ctx context.Context, m *ipam.Manager, pool string) (map
 // createENINode creates the node's AllotNode with spec.eni, owned by the Node when it exists.
 func (a *Agent) createENINode(ctx context.Context) error {
 	node := &v1alpha1.AllotNode{ObjectMeta: metav1.ObjectMeta{Name: a.opts.NodeName}}
-	node.Spec.ENI = a.opts.ENI.Spec.DeepCopy()
+	if _, _, err := eninode.MergeSpec(node, &a.opts.ENI.Spec); err != nil {
+		return fmt.Errorf("agent: spec.eni: %w", err)
+	}
 	if err := a.createOwned(ctx, node); err != nil {
 		return err
 	}
