@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -111,6 +112,13 @@ type ClusterENI struct {
 	// ExcludeInterfaceTags: interfaces carrying all of these tags never serve pods (Cilium's
 	// --exclude-interface-tags).
 	ExcludeInterfaceTags map[string]string `koanf:"excludeInterfaceTags"`
+	// NodeConfigs are named per-node settings (subnets, security groups) that a node uses
+	// when its label NodeConfigLabel names one: the AWS VPC CNI's ENIConfig selected by a
+	// node label. A node's own spec.eni fields win over them.
+	NodeConfigs map[string]ENINodeConfig `koanf:"nodeConfigs"`
+	// NodeConfigLabel is the node label naming a node's entry of NodeConfigs (default
+	// allot.io/eni-config; topology.kubernetes.io/zone gives one entry per zone).
+	NodeConfigLabel string `koanf:"nodeConfigLabel"`
 	// Description of new interfaces ("%s": the node name) and their Tags.
 	Description         string            `koanf:"description"`
 	Tags                map[string]string `koanf:"tags"`
@@ -145,6 +153,14 @@ type ClusterENI struct {
 	Node ENINode `koanf:"node"`
 }
 
+// ENINodeConfig is one entry of cluster.eni.nodeConfigs.
+type ENINodeConfig struct {
+	SubnetIDs         []string          `koanf:"subnetIDs"`
+	SubnetTags        map[string]string `koanf:"subnetTags"`
+	SecurityGroups    []string          `koanf:"securityGroups"`
+	SecurityGroupTags map[string]string `koanf:"securityGroupTags"`
+}
+
 // ENINode is the agent's spec.eni.
 type ENINode struct {
 	InstanceID          string            `koanf:"instanceID"`
@@ -158,6 +174,7 @@ type ENINode struct {
 	SubnetIDs           []string          `koanf:"subnetIDs"`
 	SubnetTags          map[string]string `koanf:"subnetTags"`
 	SecurityGroups      []string          `koanf:"securityGroups"`
+	SecurityGroupTags   map[string]string `koanf:"securityGroupTags"`
 }
 
 // Enabled reports whether ENI mode is on.
@@ -214,6 +231,23 @@ func (c *Config) validateENI() []error {
 			add(d.field, "%s must be between 0 and 24h", d.v)
 		}
 	}
+	for _, name := range slices.Sorted(maps.Keys(e.NodeConfigs)) {
+		nc := e.NodeConfigs[name]
+		f := "nodeConfigs." + name
+		if name == "" || len(name) > 63 {
+			add(f, "the name must be a label value (1 to 63 characters)")
+		}
+		for i, id := range append(slices.Clone(nc.SubnetIDs), nc.SecurityGroups...) {
+			if id == "" {
+				add(fmt.Sprintf("%s: ID %d", f, i), "empty")
+			}
+		}
+		for _, m := range []map[string]string{nc.SubnetTags, nc.SecurityGroupTags} {
+			if _, ok := m[""]; ok {
+				add(f, "empty tag key")
+			}
+		}
+	}
 	for i, d := range e.NetnsDirs {
 		if !filepath.IsAbs(d) {
 			add(fmt.Sprintf("netnsDirs[%d]", i), "%q is not an absolute path", d)
@@ -227,7 +261,8 @@ func (c *Config) validateENI() []error {
 	for _, m := range []struct {
 		field string
 		tags  map[string]string
-	}{{"subnetTags", e.SubnetTags}, {"tags", e.Tags}, {"node.subnetTags", e.Node.SubnetTags}, {"excludeInterfaceTags", e.ExcludeInterfaceTags}} {
+	}{{"subnetTags", e.SubnetTags}, {"tags", e.Tags}, {"node.subnetTags", e.Node.SubnetTags}, {"excludeInterfaceTags", e.ExcludeInterfaceTags},
+		{"node.securityGroupTags", e.Node.SecurityGroupTags}} {
 		for k := range m.tags {
 			if k == "" {
 				add(m.field, "empty key")

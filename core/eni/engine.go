@@ -32,6 +32,9 @@ type NodeState struct {
 	SubnetIDs           []string
 	SubnetTags          map[string]string
 	SecurityGroups      []string
+	// SecurityGroupTags choose the node's new interfaces' groups by tags (Cilium's
+	// spec.eni.security-group-tags) when it names no SecurityGroups.
+	SecurityGroupTags map[string]string
 }
 
 // Publisher receives a node's pool after every change the engine made, so the operator can
@@ -381,11 +384,17 @@ func (e *Engine) subnetRules(s NodeState) SubnetRules {
 	return SubnetRules{IDs: e.cfg.SubnetIDs, Tags: e.cfg.SubnetTags}
 }
 
-func (e *Engine) securityGroups(s NodeState) []string {
-	if len(s.SecurityGroups) > 0 {
-		return s.SecurityGroups
+// securityGroups are the groups of the node's new interfaces, by ID or by tags: the node's
+// own (IDs, else tags), else the configuration's IDs; neither lets the backend apply its rule
+// (AWS: its security-group-tags, else eth0's groups). Cilium's order: IDs, tags, eth0's.
+func (e *Engine) securityGroups(s NodeState) ([]string, map[string]string) {
+	switch {
+	case len(s.SecurityGroups) > 0:
+		return s.SecurityGroups, nil
+	case len(s.SecurityGroupTags) > 0:
+		return nil, s.SecurityGroupTags
 	}
-	return e.cfg.SecurityGroups
+	return e.cfg.SecurityGroups, nil
 }
 
 // Nodes returns the names of the nodes the engine knows, sorted.
@@ -471,8 +480,9 @@ func (e *Engine) maintain(ctx context.Context, q *queued) (r struct {
 		}
 		steps++
 		count := min(want, FreeOnInterface(cloud.Interface{}, inv.Limits), int(min(sub.Free-1, uint64(unlimited))))
+		sgIDs, sgTags := e.securityGroups(s)
 		ifc, err := e.backend.CreateInterface(ctx, cloud.CreateInterfaceRequest{
-			Node: s.Ref, Index: idx, Subnet: sub.ID, SecurityGroups: e.securityGroups(s),
+			Node: s.Ref, Index: idx, Subnet: sub.ID, SecurityGroups: sgIDs, SecurityGroupTags: sgTags,
 			Description: e.description(q.name), Tags: e.tags(q.name),
 			DeleteOnTermination: e.cfg.DeleteOnTermination, Family: cloud.IPv4, Count: count,
 		})
@@ -504,7 +514,9 @@ func (e *Engine) maintain(ctx context.Context, q *queued) (r struct {
 	// Release handshake (also aborts marks when the node is no longer in excess).
 	avail := Available(*inv, sel)
 	needed, excess := NeededIPs(avail, used, p), ExcessIPs(avail, used, p)
-	if e.opts.Handshake != nil {
+	// A failed call dropped the inventory (fail: re-read the truth next pass): no release
+	// decisions on a picture known to be stale.
+	if e.opts.Handshake != nil && n.inv != nil {
 		rel := e.release(ctx, q, needed, excess)
 		r.Released += rel.released
 		r.Marked += rel.marked
