@@ -112,6 +112,13 @@ type ClusterENI struct {
 	// ExcludeInterfaceTags: interfaces carrying all of these tags never serve pods (Cilium's
 	// --exclude-interface-tags).
 	ExcludeInterfaceTags map[string]string `koanf:"excludeInterfaceTags"`
+	// ClusterName tags every ENI the operator creates (allot.io/cluster-name) and turns on
+	// the garbage collection of the cluster's leaked ENIs: detached ones carrying that tag
+	// (and GCTags) for a whole GCInterval (default 5m; negative: off), as Cilium's ENI
+	// garbage collection.
+	ClusterName string            `koanf:"clusterName"`
+	GCInterval  time.Duration     `koanf:"gcInterval"`
+	GCTags      map[string]string `koanf:"gcTags"`
 	// NodeConfigs are named per-node settings (subnets, security groups) that a node uses
 	// when its label NodeConfigLabel names one: the AWS VPC CNI's ENIConfig selected by a
 	// node label. A node's own spec.eni fields win over them.

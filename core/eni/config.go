@@ -31,6 +31,10 @@ type Config struct {
 	Description string
 	// Tags set on new interfaces, besides allot.io/node = node name.
 	Tags map[string]string
+	// ClusterName, if set, tags every interface the engine creates with ClusterTag = it, so
+	// that the garbage collection (GC) can find the cluster's leaked interfaces (Cilium tags
+	// its ENIs io.cilium/cluster-name for the same reason).
+	ClusterName string
 	// DeleteOnTermination (spec.eni.delete-on-termination), default true.
 	DeleteOnTermination bool
 	// Release enables releasing excess addresses (default true; Cilium's

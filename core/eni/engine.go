@@ -569,6 +569,9 @@ func (e *Engine) tags(node string) map[string]string {
 	for k, v := range e.cfg.Tags {
 		out[k] = v
 	}
+	if e.cfg.ClusterName != "" {
+		out[ClusterTag] = e.cfg.ClusterName
+	}
 	return out
 }
 

@@ -60,6 +60,12 @@ type ENIOptions struct {
 	// k8s.amazonaws.com/eniConfig, or by zone with ENI_CONFIG_LABEL_DEF). Fields of the
 	// node's spec.eni win over them, and they over the cluster-wide Config.
 	NodeConfigs map[string]NodeENIConfig
+	// GCInterval and GCTags run the garbage collection of leaked interfaces (eni.GC) while
+	// this replica leads, when the backend offers it (eni.InterfaceCollector) and there are
+	// tags: GCTags plus the cluster's (eni.ClusterTag = Config.ClusterName). Interval 0:
+	// eni.DefaultGCInterval; negative: off.
+	GCInterval time.Duration
+	GCTags     map[string]string
 	// NodeConfigLabel is the node label naming a node's entry of NodeConfigs (default
 	// DefaultNodeConfigLabel; topology.kubernetes.io/zone picks one entry per zone).
 	NodeConfigLabel string
@@ -158,10 +164,34 @@ func (op *operator) runENI(ctx context.Context) error {
 		op.opts.ENI.OnEngine(op.eni.engine)
 	}
 	op.log.Info("ENI engine running", "nodes", len(op.eni.engine.Nodes()))
+	if gc := op.eniGC(); gc != nil {
+		go gc.Run(ctx)
+	}
 	if err := op.eni.engine.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
 		return err
 	}
 	return nil
+}
+
+// eniGC is the garbage collection of leaked interfaces this term runs, or nil.
+func (op *operator) eniGC() *eni.GC {
+	o := op.opts.ENI
+	tags := maps.Clone(o.GCTags)
+	if o.Config.ClusterName != "" {
+		if tags == nil {
+			tags = map[string]string{}
+		}
+		tags[eni.ClusterTag] = o.Config.ClusterName
+	}
+	if o.GCInterval < 0 || len(tags) == 0 {
+		return nil
+	}
+	col, ok := o.Backend.(eni.InterfaceCollector)
+	if !ok {
+		op.log.Info("ENI garbage collection off: the cloud backend cannot list and delete detached interfaces")
+		return nil
+	}
+	return &eni.GC{Collector: col, Tags: tags, Interval: o.GCInterval, Log: op.log.With("component", "eni-gc")}
 }
 
 // reconcileENINode hands one node's state to the engine, or removes the node: its AllotNode
