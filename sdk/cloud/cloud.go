@@ -149,8 +149,8 @@ type CreateInterfaceRequest struct {
 	// empty: every group of the node's network carrying all of these tags (Cilium's
 	// security-group-tags, per node). A backend of contract 1.0 ignores them.
 	SecurityGroupTags map[string]string
-	Description    string
-	Tags           map[string]string
+	Description       string
+	Tags              map[string]string
 	// DeleteOnTermination deletes the interface with the instance.
 	DeleteOnTermination bool
 	// Family and Count of addresses to assign on creation, besides the interface's own

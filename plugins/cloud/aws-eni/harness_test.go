@@ -66,8 +66,8 @@ func (p *pools) addrs(node string) []netip.Addr {
 type simNode struct {
 	ref  cloud.NodeRef
 	mod  func(*eni.NodeState) // per-node overrides (spec.eni), if any
-	want int          // pods that should run
-	pods []netip.Addr // addresses the node's pods hold
+	want int                  // pods that should run
+	pods []netip.Addr         // addresses the node's pods hold
 }
 
 type harness struct {
