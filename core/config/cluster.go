@@ -255,6 +255,12 @@ func (c *Config) validateENI() []error {
 			}
 		}
 	}
+	if e.GCInterval > 24*time.Hour {
+		add("gcInterval", "%s must be at most 24h (negative turns the garbage collection off)", e.GCInterval)
+	}
+	if len(e.ClusterName) > 256 {
+		add("clusterName", "%d characters: an EC2 tag value has at most 256", len(e.ClusterName))
+	}
 	for i, d := range e.NetnsDirs {
 		if !filepath.IsAbs(d) {
 			add(fmt.Sprintf("netnsDirs[%d]", i), "%q is not an absolute path", d)

@@ -39,6 +39,9 @@ func TestClusterENIValidationNamesTheField(t *testing.T) {
 		{"index", "mode: operator\ncluster: {eni: {backend: aws-eni, firstInterfaceIndex: 99}}\n", "cluster.eni.firstInterfaceIndex: 99 must be between 0 and 64"},
 		{"duration", "mode: operator\ncluster: {eni: {backend: aws-eni, releaseDelay: -1s}}\n", "cluster.eni.releaseDelay: -1s must be between 0 and 24h"},
 		{"subnet id", "mode: operator\ncluster: {eni: {backend: aws-eni, subnetIDs: ['']}}\n", "cluster.eni.subnetIDs[0]: empty"},
+		{"gc interval", "mode: operator\ncluster: {eni: {backend: aws-eni, clusterName: blue, gcInterval: 48h}}\n", "cluster.eni.gcInterval: 48h0m0s must be at most 24h"},
+		{"netns dir", "mode: agent\ncluster: {nodeName: n, eni: {backend: aws-eni, netnsDirs: [run/netns]}}\n", `cluster.eni.netnsDirs[0]: "run/netns" is not an absolute path`},
+		{"node config tag", "mode: operator\ncluster: {eni: {backend: aws-eni, nodeConfigs: {a: {securityGroupTags: {'': x}}}}}\n", "cluster.eni.nodeConfigs.a: empty tag key"},
 		{"node override", "mode: agent\ncluster: {nodeName: n, eni: {backend: aws-eni, node: {maxAllocate: 5000}}}\n", "cluster.eni.node.maxAllocate: 5000 must be between 0 and 4096"},
 		{"pool", "mode: agent\ncluster: {nodeName: n, eni: {backend: aws-eni, pool: Bad_Pool}}\n", `cluster.eni.pool: "Bad_Pool" is not a valid pool name`},
 	} {
