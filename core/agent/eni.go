@@ -7,13 +7,13 @@ import (
 	"net/netip"
 	"slices"
 
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/allot-ipam/allot/core/eni"
 	"github.com/allot-ipam/allot/core/eni/eninode"
+	"github.com/allot-ipam/allot/core/enihost"
 	"github.com/allot-ipam/allot/core/ipam"
 	"github.com/allot-ipam/allot/core/k8s/apis/allot/v1alpha1"
 	"github.com/allot-ipam/allot/sdk/policy"
@@ -76,15 +76,14 @@ func (a *Agent) syncENI(ctx context.Context) error {
 		return fmt.Errorf("agent: read AllotNode %s: %w", a.opts.NodeName, err)
 	}
 
-	// spec.eni: ours.
-	if !equality.Semantic.DeepEqual(node.Spec.ENI, &o.Spec) {
-		want := o.Spec.DeepCopy()
+	// spec.eni: the agent's configuration, merged so that a field someone edited by hand
+	// keeps its value (eninode.MergeSpec).
+	if _, changed, err := eninode.MergeSpec(node.DeepCopy(), &o.Spec); err != nil {
+		a.reportOnce("merge spec.eni", "spec.eni could not be merged with the agent's configuration", "err", err)
+	} else if changed {
 		err := eninode.UpdateSpec(ctx, a.eniClients(), a.opts.NodeName, func(n *v1alpha1.AllotNode) bool {
-			if equality.Semantic.DeepEqual(n.Spec.ENI, want) {
-				return false
-			}
-			n.Spec.ENI = want
-			return true
+			_, changed, err := eninode.MergeSpec(n, &o.Spec)
+			return err == nil && changed
 		})
 		a.metrics.writes.WithLabelValues("spec", resultOf(err)).Inc()
 		if err != nil {
@@ -272,7 +271,9 @@ func (a *Agent) eniUsage(ctx context.Context, m *ipam.Manager, pool string) (map
 // createENINode creates the node's AllotNode with spec.eni, owned by the Node when it exists.
 func (a *Agent) createENINode(ctx context.Context) error {
 	node := &v1alpha1.AllotNode{ObjectMeta: metav1.ObjectMeta{Name: a.opts.NodeName}}
-	node.Spec.ENI = a.opts.ENI.Spec.DeepCopy()
+	if _, _, err := eninode.MergeSpec(node, &a.opts.ENI.Spec); err != nil {
+		return fmt.Errorf("agent: spec.eni: %w", err)
+	}
 	if err := a.createOwned(ctx, node); err != nil {
 		return err
 	}
@@ -328,6 +329,53 @@ func cloneReleaseIPs(m map[string]v1alpha1.ReleaseState) map[string]v1alpha1.Rel
 		out[k] = v
 	}
 	return out
+}
+
+// ENIHostState is what the node's host routing must reflect (core/enihost): the interfaces
+// of status.eni, and each address of the ENI pool a pod holds with the device index of the
+// interface that carries it (from spec.ipam.pool). An address whose interface the node
+// object does not name (it left the pool while a pod holds it) gets no rule: which ENI would
+// carry its traffic is unknown.
+func (a *Agent) ENIHostState(ctx context.Context) ([]enihost.ENI, []enihost.Pod, error) {
+	if a.opts.ENI == nil {
+		return nil, nil, errors.New("agent: not in ENI mode")
+	}
+	m := a.m.Load()
+	if m == nil {
+		return nil, nil, errors.New("agent: not running yet")
+	}
+	node := &v1alpha1.AllotNode{}
+	if err := a.cachedGet(ctx, types.NamespacedName{Name: a.opts.NodeName}, node); err != nil {
+		return nil, nil, fmt.Errorf("agent: read AllotNode %s: %w", a.opts.NodeName, err)
+	}
+	var enis []enihost.ENI
+	index := map[string]int{}
+	if node.Status.ENI != nil {
+		for _, ifc := range node.Status.ENI.Interfaces {
+			sub, _ := netip.ParsePrefix(ifc.SubnetCIDR) // invalid: enihost reports the ENI
+			enis = append(enis, enihost.ENI{Index: int(ifc.Index), MAC: ifc.MAC, Subnet: sub.Masked()})
+			index[ifc.ID] = int(ifc.Index)
+		}
+	}
+	pool, _ := eninode.Pool(node)
+	used, _, err := a.eniUsage(ctx, m, a.opts.ENI.pool())
+	if err != nil {
+		return nil, nil, err
+	}
+	var pods []enihost.Pod
+	for k := range used {
+		ad, err := netip.ParseAddr(k)
+		if err != nil {
+			continue
+		}
+		idx, ok := index[pool[ad]]
+		if !ok {
+			continue
+		}
+		pods = append(pods, enihost.Pod{Addr: ad, ENIIndex: idx})
+	}
+	slices.SortFunc(pods, func(x, y enihost.Pod) int { return x.Addr.Compare(y.Addr) })
+	return enis, pods, nil
 }
 
 // ENIPool returns the addresses of spec.ipam.pool, sorted (tests, allotctl).

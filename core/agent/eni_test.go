@@ -193,3 +193,76 @@ func TestENIHandshakeOnAPIServer(t *testing.T) {
 		}
 	}
 }
+
+// TestENISpecHandEditSurvives: spec.eni follows the agent's configuration, but a field edited
+// by hand on the AllotNode keeps the edit when the agent syncs again and when it restarts
+// with another configuration (whose other fields do reach the object).
+func TestENISpecHandEditSurvives(t *testing.T) {
+	env := k8senv.Start(t)
+	c, err := env.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	const name = "eni-hand-node"
+	if err := c.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
+		t.Fatal(err)
+	}
+	run := func(spec allotv1.NodeENISpec) func() {
+		st, err := store.Open(ctx, filepath.Join(t.TempDir(), "allot.db"), store.Options{NoSync: true, Logger: testLogger()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, err := New(Options{NodeName: name, RESTConfig: env.Config, Debounce: 10 * time.Millisecond, ReclaimGrace: time.Hour,
+			Logger: testLogger(), ENI: &ENIOptions{Spec: spec}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pol, _ := ciliumannotations.New(ciliumannotations.Config{})
+		m, err := ipam.New(ctx, ipam.Options{Store: st, Logger: testLogger(), Policy: func(string) policy.PoolPolicy { return pol },
+			Dynamic: &ipam.DynamicOptions{Node: name, Wait: time.Second}, OnChange: a.Trigger})
+		if err != nil {
+			t.Fatal(err)
+		}
+		actx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); _ = a.Run(actx, m) }()
+		return func() { cancel(); <-done; _ = st.Close() }
+	}
+	pre := func(v int32) *int32 { return &v }
+	stop := run(allotv1.NodeENISpec{InstanceID: "i-0abc", PreAllocate: pre(8), SubnetIDs: []string{"subnet-agent"}})
+	eventually(t, "spec.eni from the agent's configuration", 10*time.Second, func() (bool, string) {
+		n, err := getNode(c, name)
+		return err == nil && n.Spec.ENI != nil && len(n.Spec.ENI.SubnetIDs) == 1 && n.Spec.ENI.SubnetIDs[0] == "subnet-agent", fmt.Sprint(n, err)
+	})
+	// By hand: another subnet and security groups.
+	if err := eninode.UpdateSpec(ctx, eninode.Clients{Live: c, Writer: c}, name, func(n *allotv1.AllotNode) bool {
+		n.Spec.ENI.SubnetIDs = []string{"subnet-hand"}
+		n.Spec.ENI.SecurityGroups = []string{"sg-hand"}
+		return true
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// Status writes make the agent sync again; the edit stays.
+	if err := eninode.UpdateStatus(ctx, eninode.Clients{Live: c, Writer: c}, name, func(n *allotv1.AllotNode) bool {
+		n.Status.ENI = &allotv1.ENIStatus{Message: "poke"}
+		return true
+	}); err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	// A restarted agent with a new pre-allocate: that field follows, the edits stay.
+	stop = run(allotv1.NodeENISpec{InstanceID: "i-0abc", PreAllocate: pre(16), SubnetIDs: []string{"subnet-agent"}})
+	defer stop()
+	eventually(t, "the new pre-allocate", 10*time.Second, func() (bool, string) {
+		n, err := getNode(c, name)
+		return err == nil && n.Spec.ENI.PreAllocate != nil && *n.Spec.ENI.PreAllocate == 16, fmt.Sprint(n.Spec.ENI, err)
+	})
+	n, err := getNode(c, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := n.Spec.ENI; len(got.SubnetIDs) != 1 || got.SubnetIDs[0] != "subnet-hand" || len(got.SecurityGroups) != 1 || got.SecurityGroups[0] != "sg-hand" {
+		t.Fatalf("hand edits overwritten: %+v", got)
+	}
+}

@@ -2,8 +2,10 @@ package config
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"sort"
@@ -107,6 +109,23 @@ type ClusterENI struct {
 	SubnetIDs           []string          `koanf:"subnetIDs"`
 	SubnetTags          map[string]string `koanf:"subnetTags"`
 	SecurityGroups      []string          `koanf:"securityGroups"`
+	// ExcludeInterfaceTags: interfaces carrying all of these tags never serve pods (Cilium's
+	// --exclude-interface-tags).
+	ExcludeInterfaceTags map[string]string `koanf:"excludeInterfaceTags"`
+	// ClusterName tags every ENI the operator creates (allot.io/cluster-name) and turns on
+	// the garbage collection of the cluster's leaked ENIs: detached ones carrying that tag
+	// (and GCTags) for a whole GCInterval (default 5m; negative: off), as Cilium's ENI
+	// garbage collection.
+	ClusterName string            `koanf:"clusterName"`
+	GCInterval  time.Duration     `koanf:"gcInterval"`
+	GCTags      map[string]string `koanf:"gcTags"`
+	// NodeConfigs are named per-node settings (subnets, security groups) that a node uses
+	// when its label NodeConfigLabel names one: the AWS VPC CNI's ENIConfig selected by a
+	// node label. A node's own spec.eni fields win over them.
+	NodeConfigs map[string]ENINodeConfig `koanf:"nodeConfigs"`
+	// NodeConfigLabel is the node label naming a node's entry of NodeConfigs (default
+	// allot.io/eni-config; topology.kubernetes.io/zone gives one entry per zone).
+	NodeConfigLabel string `koanf:"nodeConfigLabel"`
 	// Description of new interfaces ("%s": the node name) and their Tags.
 	Description         string            `koanf:"description"`
 	Tags                map[string]string `koanf:"tags"`
@@ -127,10 +146,26 @@ type ClusterENI struct {
 	// HostRoutes presents addresses to pods as /32 (/128) without gateway instead of with
 	// their subnet's prefix length and router.
 	HostRoutes bool `koanf:"hostRoutes"`
+	// HostRouting sets up the host as the AWS VPC CNI does (core/enihost): a route to each
+	// pod's host-side veth, a routing table per secondary ENI and per-pod rules so that a
+	// pod's traffic leaves through the ENI holding its address. Default true; false leaves
+	// routing to the interface plugin.
+	HostRouting *bool `koanf:"hostRouting"`
+	// NetnsDirs are where the container runtime keeps pods' network namespaces, searched for
+	// each pod's veth (default /var/run/netns).
+	NetnsDirs []string `koanf:"netnsDirs"`
 	// Node is what the agent writes in its AllotNode's spec.eni: the instance (default:
 	// from the Node's spec.providerID), its type and zone (default: the Node's labels), and
 	// per-node overrides of the operator's settings above.
 	Node ENINode `koanf:"node"`
+}
+
+// ENINodeConfig is one entry of cluster.eni.nodeConfigs.
+type ENINodeConfig struct {
+	SubnetIDs         []string          `koanf:"subnetIDs"`
+	SubnetTags        map[string]string `koanf:"subnetTags"`
+	SecurityGroups    []string          `koanf:"securityGroups"`
+	SecurityGroupTags map[string]string `koanf:"securityGroupTags"`
 }
 
 // ENINode is the agent's spec.eni.
@@ -146,10 +181,17 @@ type ENINode struct {
 	SubnetIDs           []string          `koanf:"subnetIDs"`
 	SubnetTags          map[string]string `koanf:"subnetTags"`
 	SecurityGroups      []string          `koanf:"securityGroups"`
+	SecurityGroupTags   map[string]string `koanf:"securityGroupTags"`
 }
 
 // Enabled reports whether ENI mode is on.
 func (e ClusterENI) Enabled() bool { return e.Backend != "" }
+
+// HostRoutingEnabled reports whether the agent sets up ENI host routing (on by default in
+// ENI mode).
+func (e ClusterENI) HostRoutingEnabled() bool {
+	return e.Enabled() && (e.HostRouting == nil || *e.HostRouting)
+}
 
 // validateENI checks cluster.eni; errors name the field.
 func (c *Config) validateENI() []error {
@@ -196,6 +238,34 @@ func (c *Config) validateENI() []error {
 			add(d.field, "%s must be between 0 and 24h", d.v)
 		}
 	}
+	for _, name := range slices.Sorted(maps.Keys(e.NodeConfigs)) {
+		nc := e.NodeConfigs[name]
+		f := "nodeConfigs." + name
+		if name == "" || len(name) > 63 {
+			add(f, "the name must be a label value (1 to 63 characters)")
+		}
+		for i, id := range append(slices.Clone(nc.SubnetIDs), nc.SecurityGroups...) {
+			if id == "" {
+				add(fmt.Sprintf("%s: ID %d", f, i), "empty")
+			}
+		}
+		for _, m := range []map[string]string{nc.SubnetTags, nc.SecurityGroupTags} {
+			if _, ok := m[""]; ok {
+				add(f, "empty tag key")
+			}
+		}
+	}
+	if e.GCInterval > 24*time.Hour {
+		add("gcInterval", "%s must be at most 24h (negative turns the garbage collection off)", e.GCInterval)
+	}
+	if len(e.ClusterName) > 256 {
+		add("clusterName", "%d characters: an EC2 tag value has at most 256", len(e.ClusterName))
+	}
+	for i, d := range e.NetnsDirs {
+		if !filepath.IsAbs(d) {
+			add(fmt.Sprintf("netnsDirs[%d]", i), "%q is not an absolute path", d)
+		}
+	}
 	for i, id := range append(slices.Clone(e.SubnetIDs), e.Node.SubnetIDs...) {
 		if id == "" {
 			add(fmt.Sprintf("subnetIDs[%d]", i), "empty")
@@ -204,7 +274,8 @@ func (c *Config) validateENI() []error {
 	for _, m := range []struct {
 		field string
 		tags  map[string]string
-	}{{"subnetTags", e.SubnetTags}, {"tags", e.Tags}, {"node.subnetTags", e.Node.SubnetTags}} {
+	}{{"subnetTags", e.SubnetTags}, {"tags", e.Tags}, {"node.subnetTags", e.Node.SubnetTags}, {"excludeInterfaceTags", e.ExcludeInterfaceTags},
+		{"node.securityGroupTags", e.Node.SecurityGroupTags}} {
 		for k := range m.tags {
 			if k == "" {
 				add(m.field, "empty key")

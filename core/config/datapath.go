@@ -20,6 +20,12 @@ type Datapath struct {
 	NonMasqueradeCIDRs []string `koanf:"nonMasqueradeCIDRs"`
 	MasqLinkLocal      bool     `koanf:"masqLinkLocal"`
 	MasqLinkLocalIPv6  bool     `koanf:"masqLinkLocalIPv6"`
+	// EnableIPv4Masquerade and EnableIPv6Masquerade switch masquerading per family (Cilium's
+	// enable-ipv4-masquerade and enable-ipv6-masquerade); both default to true. A family
+	// switched off has its pod addresses kept from the datapath, which then leaves that
+	// family's traffic alone (datapath.Config: a family with no pod CIDR is not touched).
+	EnableIPv4Masquerade *bool `koanf:"enableIPv4Masquerade"`
+	EnableIPv6Masquerade *bool `koanf:"enableIPv6Masquerade"`
 	// NativeRoutingCIDRs are never masqueraded (Cilium's native-routing CIDR).
 	NativeRoutingCIDRs []string `koanf:"nativeRoutingCIDRs"`
 	// EgressInterfaces masquerade; empty means every non-pod interface. "eth+" is a prefix.
@@ -97,6 +103,32 @@ func (c *Config) AgentDatapathConfig() (datapath.Config, error) {
 	}
 	dc.NativeRoutingCIDRs = datapath.NormalizePrefixes(append(dc.NativeRoutingCIDRs, pods...))
 	return dc, nil
+}
+
+// DefaultDatapathType is datapath.type when the configuration does not set it: iptables in
+// ENI mode, where pods hold VPC addresses that must be masqueraded on their way out of the
+// VPC (Cilium masquerades by default, enable-ipv4-masquerade: true, and so does the AWS VPC
+// CNI, AWS_VPC_K8S_CNI_EXTERNALSNAT=false); none otherwise, since masquerading changes the
+// node's firewall and multi-pool or standalone setups opt in.
+func DefaultDatapathType(c *Config) string {
+	if c.Cluster.ENI.Enabled() {
+		return "iptables"
+	}
+	return "none"
+}
+
+// MasqueradedPodCIDRs returns the prefixes of cidrs whose family is masqueraded
+// (EnableIPv4Masquerade, EnableIPv6Masquerade), order kept.
+func (d Datapath) MasqueradedPodCIDRs(cidrs []netip.Prefix) []netip.Prefix {
+	on := func(b *bool) bool { return b == nil || *b }
+	v4, v6 := on(d.EnableIPv4Masquerade), on(d.EnableIPv6Masquerade)
+	out := make([]netip.Prefix, 0, len(cidrs))
+	for _, p := range cidrs {
+		if p.Addr().Is4() && v4 || !p.Addr().Is4() && v6 {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 func (c *Config) validateDatapath() []error {

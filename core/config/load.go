@@ -73,6 +73,9 @@ func load(path string, environ []string, fs *pflag.FlagSet) (*Config, error) {
 	if err := k.Load(structs.Provider(Defaults(), "koanf"), nil); err != nil {
 		return nil, fmt.Errorf("config: defaults: %w", err)
 	}
+	// datapath.type's default depends on the mode (DefaultDatapathType): unset it, so that
+	// after loading an empty value means "not set by any source".
+	k.Delete("datapath.type")
 	if path != "" {
 		if err := k.Load(file.Provider(path), yaml.Parser()); err != nil {
 			return nil, fmt.Errorf("config: read %s: %w", path, err)
@@ -125,6 +128,9 @@ func load(path string, environ []string, fs *pflag.FlagSet) (*Config, error) {
 	})
 	if err != nil {
 		return nil, fmt.Errorf("config: %s: %w", describe(path), err)
+	}
+	if c.Datapath.Type == "" {
+		c.Datapath.Type = DefaultDatapathType(&c)
 	}
 	if err := c.Validate(); err != nil {
 		return nil, fmt.Errorf("config: %s: %w", describe(path), err)

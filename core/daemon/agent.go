@@ -11,6 +11,7 @@ import (
 
 	"github.com/allot-ipam/allot/core/agent"
 	"github.com/allot-ipam/allot/core/config"
+	"github.com/allot-ipam/allot/core/enihost"
 	"github.com/allot-ipam/allot/core/ipam"
 	"github.com/allot-ipam/allot/core/k8s/apis/allot/v1alpha1"
 	"github.com/allot-ipam/allot/core/noderoutes"
@@ -48,6 +49,8 @@ type AgentDaemon struct {
 	// routes keeps routes to the other nodes' blocks (cluster.autoDirectNodeRoutes).
 	routes *noderoutes.Controller
 	rtr    *noderoutes.Reconciler
+	// eniHost keeps the host's ENI routing (cluster.eni.hostRouting; core/enihost).
+	eniHost *enihost.Controller
 	// kick is signalled when the manager's blocks may have changed (datapath pod CIDRs).
 	kick chan struct{}
 
@@ -83,6 +86,16 @@ func NewAgent(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Age
 		return nil, err
 	}
 	kick := make(chan struct{}, 1)
+	var eniHost *enihost.Controller
+	if cfg.Cluster.ENI.HostRoutingEnabled() {
+		dirs := cfg.Cluster.ENI.NetnsDirs
+		if len(dirs) == 0 {
+			dirs = enihost.DefaultNetnsDirs
+		}
+		hlog := log.With("component", "enihost")
+		eniHost = &enihost.Controller{Host: &enihost.Host{Log: hlog}, Log: hlog,
+			NetnsFiles: func() ([]string, error) { return enihost.NetnsFiles(dirs) }}
+	}
 	if cfg.Cluster.ENI.Enabled() && restCfg.QPS == 0 {
 		// ENI mode writes status.ipam.used as pods come and go (debounced): more than
 		// client-go's default 5 requests/s when a node starts many pods at once.
@@ -121,6 +134,9 @@ func NewAgent(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Age
 		PodContext: ag.PodContext,
 		OnChange: func() {
 			ag.Trigger()
+			if eniHost != nil {
+				eniHost.Trigger() // a pod came or went: its route and rules follow
+			}
 			select {
 			case kick <- struct{}{}:
 			default:
@@ -137,7 +153,10 @@ func NewAgent(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Age
 	}
 	d.deferDatapath = true
 	d.datapathAtStop.Store(stopKeep)
-	ad := &AgentDaemon{Daemon: d, agent: ag, kick: kick}
+	if eniHost != nil {
+		eniHost.State = ag.ENIHostState
+	}
+	ad := &AgentDaemon{Daemon: d, agent: ag, kick: kick, eniHost: eniHost}
 	if cfg.CNI.Uninstall == config.UninstallAuto {
 		if ad.meta, err = newOwnerReader(restCfg); err != nil {
 			return nil, err
@@ -187,7 +206,7 @@ func agentENI(e config.ClusterENI) *agent.ENIOptions {
 			InstanceID: n.InstanceID, InstanceType: n.InstanceType, Zone: n.Zone,
 			PreAllocate: i32(n.PreAllocate), MinAllocate: i32(n.MinAllocate), MaxAllocate: i32(n.MaxAllocate),
 			MaxAboveWatermark: i32(n.MaxAboveWatermark), FirstInterfaceIndex: i32(n.FirstInterfaceIndex),
-			SubnetIDs: n.SubnetIDs, SubnetTags: n.SubnetTags, SecurityGroups: n.SecurityGroups,
+			SubnetIDs: n.SubnetIDs, SubnetTags: n.SubnetTags, SecurityGroups: n.SecurityGroups, SecurityGroupTags: n.SecurityGroupTags,
 		},
 	}
 }
@@ -290,7 +309,7 @@ func (d *AgentDaemon) bringUp(ctx context.Context) {
 		default:
 		}
 	}
-	if _, err := d.datapath.SetPodCIDRs(ctx, agentPodCIDRs(d.manager.Usage())); err != nil {
+	if _, err := d.datapath.SetPodCIDRs(ctx, d.cfg.Datapath.MasqueradedPodCIDRs(agentPodCIDRs(d.manager.Usage()))); err != nil {
 		fail(err)
 		return
 	}
@@ -300,6 +319,11 @@ func (d *AgentDaemon) bringUp(ctx context.Context) {
 	}
 	var wg sync.WaitGroup
 	wg.Go(func() { d.datapath.Run(ctx) })
+	if d.eniHost != nil {
+		// Before the network configuration is written: pods restored from the store get
+		// their routes back first (a restart keeps them anyway).
+		wg.Go(func() { d.eniHost.Run(ctx) })
+	}
 	defer wg.Wait()
 	if err := d.writeConfig(); err != nil {
 		fail(err)
@@ -325,7 +349,7 @@ func (d *AgentDaemon) followBlocks(ctx context.Context) {
 		case <-retry:
 		}
 		retry = nil
-		if _, err := d.datapath.SetPodCIDRs(ctx, agentPodCIDRs(d.manager.Usage())); err != nil {
+		if _, err := d.datapath.SetPodCIDRs(ctx, d.cfg.Datapath.MasqueradedPodCIDRs(agentPodCIDRs(d.manager.Usage()))); err != nil {
 			if ctx.Err() != nil {
 				return
 			}

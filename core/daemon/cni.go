@@ -158,6 +158,13 @@ func (d *AgentDaemon) atStop(ctx context.Context) {
 			d.log.Info("routes to other nodes removed", "removed", res.Removed)
 		}
 	}
+	if d.eniHost != nil {
+		if err := d.eniHost.Host.RemoveAll(); err != nil {
+			d.log.Error("uninstall: ENI host routing", "err", err)
+		} else {
+			d.log.Info("ENI host routing removed (pod routes, rules, ENI tables)")
+		}
+	}
 }
 
 // uninstallCNI removes the network configuration, then the binaries.

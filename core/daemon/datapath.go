@@ -17,7 +17,7 @@ func (d *Daemon) startDatapath(ctx context.Context, pools []ipam.PoolSpec) (*dat
 	for _, p := range pools {
 		cidrs = append(cidrs, p.Allocator.CIDRs...)
 	}
-	ctl, err := d.newDatapath(cidrs)
+	ctl, err := d.newDatapath(d.cfg.Datapath.MasqueradedPodCIDRs(cidrs))
 	if err != nil {
 		return nil, err
 	}

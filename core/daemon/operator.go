@@ -123,7 +123,13 @@ func (d *OperatorDaemon) setupENI() error {
 		d.closeENIBackend()
 		return fmt.Errorf("cluster.eni: %w", err)
 	}
-	d.opts.ENI = &operator.ENIOptions{Backend: backend, Config: ecfg}
+	ncs := map[string]operator.NodeENIConfig{}
+	for name, nc := range e.NodeConfigs {
+		ncs[name] = operator.NodeENIConfig{SubnetIDs: nc.SubnetIDs, SubnetTags: nc.SubnetTags,
+			SecurityGroups: nc.SecurityGroups, SecurityGroupTags: nc.SecurityGroupTags}
+	}
+	d.opts.ENI = &operator.ENIOptions{Backend: backend, Config: ecfg, NodeConfigs: ncs, NodeConfigLabel: e.NodeConfigLabel,
+		GCInterval: e.GCInterval, GCTags: e.GCTags}
 	d.opts.DisableMultiPool = true
 	// A pass writes several nodes' objects (pool, interfaces, handshake); client-go's
 	// default of 5 requests/s would make a pass over 20 nodes last seconds.
@@ -163,6 +169,8 @@ func ENIEngineConfig(e config.ClusterENI) eni.Config {
 	c.SubnetIDs = e.SubnetIDs
 	c.SubnetTags = e.SubnetTags
 	c.SecurityGroups = e.SecurityGroups
+	c.ExcludeInterfaceTags = e.ExcludeInterfaceTags
+	c.ClusterName = e.ClusterName
 	if e.Description != "" {
 		c.Description = e.Description
 	}

@@ -114,3 +114,17 @@ func TestOperatorModeBadKubeconfig(t *testing.T) {
 		t.Fatalf("got %v", err)
 	}
 }
+
+// TestENIEngineConfigCarriesTheSettings: cluster.eni reaches the engine: watermarks,
+// excluded interface tags and the cluster name that tags created ENIs.
+func TestENIEngineConfigCarriesTheSettings(t *testing.T) {
+	pre := 4
+	c := ENIEngineConfig(config.ClusterENI{Backend: "aws-eni", PreAllocate: &pre, MaxAllocate: 30,
+		ExcludeInterfaceTags: map[string]string{"no-pods": "1"}, ClusterName: "blue"})
+	if c.Params.PreAllocate != 4 || c.Params.MaxAllocate != 30 || c.ExcludeInterfaceTags["no-pods"] != "1" || c.ClusterName != "blue" {
+		t.Fatalf("engine config %+v", c)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -16,6 +16,10 @@ type Config struct {
 	// secondary addresses are used); 1 keeps eth0 out of it, as Cilium's ENI documentation
 	// suggests.
 	FirstInterfaceIndex int
+	// ExcludeInterfaceTags (Cilium's --exclude-interface-tags): interfaces carrying all of
+	// these tags are never used for pod addresses (Selector.ExcludeTags), e.g. ENIs another
+	// tool attached for its own traffic.
+	ExcludeInterfaceTags map[string]string
 	// SubnetIDs and SubnetTags (spec.eni.subnet-ids, spec.eni.subnet-tags) narrow the
 	// subnets new interfaces go to. Both set: a subnet must match both.
 	SubnetIDs  []string
@@ -27,6 +31,10 @@ type Config struct {
 	Description string
 	// Tags set on new interfaces, besides allot.io/node = node name.
 	Tags map[string]string
+	// ClusterName, if set, tags every interface the engine creates with ClusterTag = it, so
+	// that the garbage collection (GC) can find the cluster's leaked interfaces (Cilium tags
+	// its ENIs io.cilium/cluster-name for the same reason).
+	ClusterName string
 	// DeleteOnTermination (spec.eni.delete-on-termination), default true.
 	DeleteOnTermination bool
 	// Release enables releasing excess addresses (default true; Cilium's
@@ -100,6 +108,9 @@ func (c Config) Validate() error {
 		if k == "" {
 			errs = append(errs, errors.New("subnet-tags: empty key"))
 		}
+	}
+	if _, ok := c.ExcludeInterfaceTags[""]; ok {
+		errs = append(errs, errors.New("exclude-interface-tags: empty key"))
 	}
 	return errors.Join(errs...)
 }

@@ -32,6 +32,9 @@ type NodeState struct {
 	SubnetIDs           []string
 	SubnetTags          map[string]string
 	SecurityGroups      []string
+	// SecurityGroupTags choose the node's new interfaces' groups by tags (Cilium's
+	// spec.eni.security-group-tags) when it names no SecurityGroups.
+	SecurityGroupTags map[string]string
 }
 
 // Publisher receives a node's pool after every change the engine made, so the operator can
@@ -48,6 +51,8 @@ type NodeStatus struct {
 	Available, Used, Needed, Excess int
 	Pending                         int
 	Interfaces                      int
+	// Capacity is the most pod addresses the node's instance can hold (Capacity; 0 unknown).
+	Capacity int
 	// Releasing counts the node's addresses in the release handshake (marked or ready).
 	Releasing int
 	// Blocked says why the node's need could not be met ("" when it was, or there was none).
@@ -278,8 +283,8 @@ func (e *Engine) Pass(ctx context.Context) PassResult {
 			return
 		}
 		q.n.inv = &inv
-		p := e.params(q.state)
-		avail := Available(inv, e.first(q.state))
+		p := e.effectiveParams(q.state, inv)
+		avail := Available(inv, e.selector(q.state))
 		q.deficit = Deficit(NeededIPs(avail, len(q.state.Used), p), ExcessIPs(avail, len(q.state.Used), p))
 	})
 	order(items)
@@ -345,6 +350,23 @@ func (e *Engine) params(s NodeState) Params {
 	return e.cfg.Params
 }
 
+// effectiveParams are the node's watermarks with max-allocate, when unset, taken from the
+// instance's capacity (Capacity), as Cilium's getMaxAllocate does: without it a node whose
+// pods outgrow what its instance type can hold would keep "needing" addresses no interface
+// can take, every pass.
+func (e *Engine) effectiveParams(s NodeState, inv cloud.NodeInventory) Params {
+	p := e.params(s)
+	if p.MaxAllocate == 0 {
+		p.MaxAllocate = Capacity(inv, e.selector(s))
+	}
+	return p
+}
+
+// selector is which of the node's interfaces carry pod addresses.
+func (e *Engine) selector(s NodeState) Selector {
+	return Selector{First: e.first(s), ExcludeTags: e.cfg.ExcludeInterfaceTags}
+}
+
 // first is the node's first interface index: its own when it has one, else the config's.
 func (e *Engine) first(s NodeState) int {
 	if s.FirstInterfaceIndex != nil {
@@ -362,11 +384,17 @@ func (e *Engine) subnetRules(s NodeState) SubnetRules {
 	return SubnetRules{IDs: e.cfg.SubnetIDs, Tags: e.cfg.SubnetTags}
 }
 
-func (e *Engine) securityGroups(s NodeState) []string {
-	if len(s.SecurityGroups) > 0 {
-		return s.SecurityGroups
+// securityGroups are the groups of the node's new interfaces, by ID or by tags: the node's
+// own (IDs, else tags), else the configuration's IDs; neither lets the backend apply its rule
+// (AWS: its security-group-tags, else eth0's groups). Cilium's order: IDs, tags, eth0's.
+func (e *Engine) securityGroups(s NodeState) ([]string, map[string]string) {
+	switch {
+	case len(s.SecurityGroups) > 0:
+		return s.SecurityGroups, nil
+	case len(s.SecurityGroupTags) > 0:
+		return nil, s.SecurityGroupTags
 	}
-	return e.cfg.SecurityGroups
+	return e.cfg.SecurityGroups, nil
 }
 
 // Nodes returns the names of the nodes the engine knows, sorted.
@@ -388,8 +416,9 @@ func (e *Engine) maintain(ctx context.Context, q *queued) (r struct {
 	Worked int
 }) {
 	n, inv, s := q.n, q.n.inv, q.state
-	p := e.params(s)
-	first := e.first(s)
+	p := e.effectiveParams(s, *inv)
+	sel := e.selector(s)
+	first := sel.First
 	used := len(s.Used)
 	n.status = NodeStatus{Name: q.name, Used: used, Pending: s.Pending}
 	changed := false
@@ -399,7 +428,7 @@ func (e *Engine) maintain(ctx context.Context, q *queued) (r struct {
 	blocked := ""
 	steps := 0
 	for {
-		avail := Available(*inv, first)
+		avail := Available(*inv, sel)
 		needed := NeededIPs(avail, used, p)
 		if needed == 0 {
 			if !n.neededSince.IsZero() {
@@ -417,7 +446,7 @@ func (e *Engine) maintain(ctx context.Context, q *queued) (r struct {
 		}
 		r.Worked++
 		want := AllocationTarget(avail, needed, s.Pending, p)
-		if ifc, onIfc, onSub, ok := PickInterface(*inv, first, skip); ok {
+		if ifc, onIfc, onSub, ok := PickInterface(*inv, sel, skip); ok {
 			steps++
 			amount := AllocationAmount(onSub, onIfc, want)
 			got, err := e.backend.Allocate(ctx, cloud.AllocateRequest{Node: s.Ref, Interface: ifc.ID, Family: cloud.IPv4, Count: amount})
@@ -451,8 +480,9 @@ func (e *Engine) maintain(ctx context.Context, q *queued) (r struct {
 		}
 		steps++
 		count := min(want, FreeOnInterface(cloud.Interface{}, inv.Limits), int(min(sub.Free-1, uint64(unlimited))))
+		sgIDs, sgTags := e.securityGroups(s)
 		ifc, err := e.backend.CreateInterface(ctx, cloud.CreateInterfaceRequest{
-			Node: s.Ref, Index: idx, Subnet: sub.ID, SecurityGroups: e.securityGroups(s),
+			Node: s.Ref, Index: idx, Subnet: sub.ID, SecurityGroups: sgIDs, SecurityGroupTags: sgTags,
 			Description: e.description(q.name), Tags: e.tags(q.name),
 			DeleteOnTermination: e.cfg.DeleteOnTermination, Family: cloud.IPv4, Count: count,
 		})
@@ -482,9 +512,11 @@ func (e *Engine) maintain(ctx context.Context, q *queued) (r struct {
 	}
 
 	// Release handshake (also aborts marks when the node is no longer in excess).
-	avail := Available(*inv, first)
+	avail := Available(*inv, sel)
 	needed, excess := NeededIPs(avail, used, p), ExcessIPs(avail, used, p)
-	if e.opts.Handshake != nil {
+	// A failed call dropped the inventory (fail: re-read the truth next pass): no release
+	// decisions on a picture known to be stale.
+	if e.opts.Handshake != nil && n.inv != nil {
 		rel := e.release(ctx, q, needed, excess)
 		r.Released += rel.released
 		r.Marked += rel.marked
@@ -495,15 +527,16 @@ func (e *Engine) maintain(ctx context.Context, q *queued) (r struct {
 		changed = changed || rel.released > 0
 	}
 
-	avail = Available(*inv, first)
+	avail = Available(*inv, sel)
 	n.status.Available = avail
 	n.status.Needed = NeededIPs(avail, used, p)
 	n.status.Excess = ExcessIPs(avail, used, p)
 	n.status.Interfaces = len(inv.Interfaces)
+	n.status.Capacity = Capacity(*inv, sel)
 	n.status.Blocked = blocked
 	if e.opts.Publisher != nil {
 		pool := *inv
-		pool.Interfaces = Eligible(*inv, first)
+		pool.Interfaces = Eligible(*inv, sel)
 		// Publish on every change, and once for a node first seen (e.g. after a restart).
 		if sig := poolSignature(pool); changed || sig != n.published {
 			if err := e.opts.Publisher.Publish(ctx, q.name, pool); err != nil {
@@ -536,6 +569,9 @@ func (e *Engine) tags(node string) map[string]string {
 	for k, v := range e.cfg.Tags {
 		out[k] = v
 	}
+	if e.cfg.ClusterName != "" {
+		out[ClusterTag] = e.cfg.ClusterName
+	}
 	return out
 }
 
@@ -566,7 +602,7 @@ func (e *Engine) release(ctx context.Context, q *queued, needed, excess int) (rr
 		inUse[a] = true
 	}
 	owner := map[netip.Addr]string{}
-	for _, ifc := range Eligible(*inv, e.first(s)) {
+	for _, ifc := range Eligible(*inv, e.selector(s)) {
 		for _, a := range ifc.Addresses {
 			owner[a] = ifc.ID
 		}
@@ -640,7 +676,7 @@ func (e *Engine) release(ctx context.Context, q *queued, needed, excess int) (rr
 			_, refused := n.refused[a]
 			return inUse[a] || inHS || refused
 		}
-		_, cands := PickRelease(*inv, e.first(s), busy, budget)
+		_, cands := PickRelease(*inv, e.selector(s), busy, budget)
 		seen := map[netip.Addr]bool{}
 		for _, a := range cands {
 			seen[a] = true

@@ -178,8 +178,9 @@ func TestEngineAllocatesWithSurgeAndCreatesInterfaces(t *testing.T) {
 	if st.Needed != 0 || st.Interfaces != 2 || r.Created != 1 || st.Available != 18 || b.inv.Interfaces[1].Index != 1 {
 		t.Fatalf("pass 2: %+v, status %+v", r, st)
 	}
-	// Pods keep taking everything: the node fills up to its interface limit and ends blocked
-	// instead of looping.
+	// Pods keep taking everything: the node fills up to its instance's capacity (3 ENIs x 9)
+	// and then needs nothing more (no max-allocate set: the capacity is the cap, as
+	// Cilium's getMaxAllocate), instead of looping on calls that cannot succeed.
 	for i := 0; i < 5; i++ {
 		used = used[:0]
 		for _, ifc := range b.inv.Interfaces {
@@ -189,9 +190,140 @@ func TestEngineAllocatesWithSurgeAndCreatesInterfaces(t *testing.T) {
 		e.Pass(context.Background())
 	}
 	st, _ = e.Status("n1")
-	if st.Blocked == "" || st.Needed == 0 || st.Interfaces != 3 || st.Available != 27 {
+	if st.Blocked != "" || st.Needed != 0 || st.Interfaces != 3 || st.Available != 27 || st.Capacity != 27 {
 		t.Fatalf("full node: status %+v", st)
 	}
+	calls := b.count("Allocate") + b.count("CreateInterface")
+	e.Pass(context.Background())
+	if got := b.count("Allocate") + b.count("CreateInterface"); got != calls {
+		t.Fatalf("a node at capacity still calls the cloud: %d calls, was %d", got, calls)
+	}
+}
+
+// TestNeededNeverExceedsInstanceCapacity: without max-allocate the need is capped by what
+// the instance can hold, (interfaces - first-interface-index) x (addresses per interface -
+// 1); an explicit max-allocate wins over it (also above it, as in Cilium).
+func TestNeededNeverExceedsInstanceCapacity(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		first, max int
+		wantCap    int
+		wantAvail  int
+	}{
+		{"no max-allocate, first 0", 0, 0, 3 * 5, 3 * 5},
+		{"no max-allocate, first 1", 1, 0, 2 * 5, 2 * 5},
+		{"max-allocate below capacity", 0, 7, 3 * 5, 7},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := newMemBackend(cloud.Limits{MaxInterfaces: 3, AddressesPerInterface: 6}, 1000)
+			e, _ := newTestEngine(t, b, nil, func(c *Config) { c.FirstInterfaceIndex = tc.first; c.Params.MaxAllocate = tc.max })
+			var used []netip.Addr
+			for i := 0; i < 10; i++ {
+				// Pods take every address each round and as many more wait.
+				used = used[:0]
+				for _, ifc := range b.inv.Interfaces {
+					if ifc.Index >= tc.first {
+						used = append(used, ifc.Addresses...)
+					}
+				}
+				if err := e.UpsertNode(NodeState{Ref: ref, Used: used, Pending: 20}); err != nil {
+					t.Fatal(err)
+				}
+				e.Pass(context.Background())
+				st, _ := e.Status("n1")
+				if st.Available+st.Needed > max(tc.wantAvail, st.Available) {
+					t.Fatalf("round %d: available %d + needed %d exceeds the cap %d", i, st.Available, st.Needed, tc.wantAvail)
+				}
+			}
+			st, _ := e.Status("n1")
+			if st.Capacity != tc.wantCap || st.Available != tc.wantAvail || st.Needed != 0 || st.Blocked != "" {
+				t.Fatalf("status %+v, want capacity %d, available %d, needed 0, not blocked", st, tc.wantCap, tc.wantAvail)
+			}
+			if NeededIPs(st.Available, st.Available, e.effectiveParams(NodeState{Ref: ref}, b.inv)) != 0 {
+				t.Fatal("a full node still needs addresses")
+			}
+		})
+	}
+}
+
+// TestExcludedInterfacesNeverServePods: an interface carrying the exclude tags (Cilium's
+// --exclude-interface-tags) gives no address to the pool, gets no allocation and is never
+// released from, but keeps its device index: new interfaces go elsewhere.
+func TestExcludedInterfacesNeverServePods(t *testing.T) {
+	b := newMemBackend(cloud.Limits{MaxInterfaces: 4, AddressesPerInterface: 10}, 1000)
+	b.inv.Interfaces = append(b.inv.Interfaces, cloud.Interface{ID: "eni-x", Index: 1, Subnet: "subnet-a",
+		Tags: map[string]string{"no-pods": "true"}, Addresses: addrs("10.9.0.1", "10.9.0.2")})
+	pub := &recordPublisher{}
+	clk := &testClock{now: time.Unix(1000, 0)}
+	cfg := DefaultConfig()
+	cfg.ExcludeInterfaceTags = map[string]string{"no-pods": "true"}
+	cfg.Params.PreAllocate = 20
+	e, err := New(b, cfg, Options{Publisher: pub, Now: clk.Now, Handshake: &MemoryHandshake{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.UpsertNode(NodeState{Ref: ref}); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		e.Pass(context.Background())
+	}
+	st, _ := e.Status("n1")
+	// eth0 (9) + a new ENI at index 2 (9) + one more at 3 (2): capacity (4-1 excluded) x 9.
+	if st.Capacity != 27 || st.Available != 20 {
+		t.Fatalf("status %+v", st)
+	}
+	for _, ifc := range b.inv.Interfaces {
+		if ifc.ID == "eni-x" && len(ifc.Addresses) != 2 {
+			t.Fatalf("excluded interface got addresses: %v", ifc.Addresses)
+		}
+		if ifc.ID != "eni-x" && ifc.Index == 1 {
+			t.Fatalf("a new interface took the excluded one's index: %+v", ifc)
+		}
+	}
+	for _, ifc := range pub.last().Interfaces {
+		if ifc.ID == "eni-x" {
+			t.Fatalf("excluded interface published in the pool: %+v", ifc)
+		}
+	}
+	// Excess: everything pods may use goes back (the agent's answer is simulated), nothing of
+	// the excluded interface.
+	_ = e.UpsertNode(NodeState{Ref: ref, Params: &Params{PreAllocate: 0}})
+	hs := e.opts.Handshake
+	for i := 0; i < 10; i++ {
+		e.Pass(context.Background())
+		states, _ := hs.States(context.Background(), "n1")
+		if _, err := hs.Apply(context.Background(), "n1", AgentAnswer(states, func(netip.Addr) bool { return false })); err != nil {
+			t.Fatal(err)
+		}
+		clk.now = clk.now.Add(time.Hour)
+	}
+	if st, _ := e.Status("n1"); st.Available != 0 || b.count("Release") == 0 {
+		t.Fatalf("after release: status %+v, %d releases", st, b.count("Release"))
+	}
+	for _, ifc := range b.inv.Interfaces {
+		if ifc.ID == "eni-x" && len(ifc.Addresses) != 2 {
+			t.Fatalf("addresses released from the excluded interface: %v", ifc.Addresses)
+		}
+	}
+}
+
+type recordPublisher struct {
+	mu   sync.Mutex
+	pool cloud.NodeInventory
+}
+
+func (p *recordPublisher) Publish(_ context.Context, _ string, pool cloud.NodeInventory) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.pool = pool
+	return nil
+}
+
+func (p *recordPublisher) last() cloud.NodeInventory {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.pool
 }
 
 func TestEngineThrottledNodeIsUnfinished(t *testing.T) {

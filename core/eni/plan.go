@@ -15,12 +15,36 @@ import (
 // unlimited stands for a limit the backend reported as 0 (unknown / none).
 const unlimited = math.MaxInt32
 
-// Eligible returns the interfaces at or above first, sorted by index: the ones whose
-// addresses are handed to pods.
-func Eligible(inv cloud.NodeInventory, first int) []cloud.Interface {
+// Selector says which of a node's interfaces carry pod addresses.
+type Selector struct {
+	// First is the first interface index (spec.eni.first-interface-index).
+	First int
+	// ExcludeTags (Cilium's --exclude-interface-tags): an interface carrying every one of
+	// these tags is never used for pods: no address of it is handed out, allocated on it or
+	// released from it. It still takes a device index and counts against the node's
+	// interface limit. Empty excludes nothing.
+	ExcludeTags map[string]string
+}
+
+// Excluded reports whether ifc carries every one of the exclude tags.
+func (s Selector) Excluded(ifc cloud.Interface) bool {
+	if len(s.ExcludeTags) == 0 {
+		return false
+	}
+	for k, v := range s.ExcludeTags {
+		if got, ok := ifc.Tags[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
+}
+
+// Eligible returns the interfaces at or above sel.First that are not excluded, sorted by
+// index: the ones whose addresses are handed to pods.
+func Eligible(inv cloud.NodeInventory, sel Selector) []cloud.Interface {
 	var out []cloud.Interface
 	for _, ifc := range inv.Interfaces {
-		if ifc.Index >= first {
+		if ifc.Index >= sel.First && !sel.Excluded(ifc) {
 			out = append(out, ifc)
 		}
 	}
@@ -29,9 +53,9 @@ func Eligible(inv cloud.NodeInventory, first int) []cloud.Interface {
 }
 
 // Available counts the addresses of the eligible interfaces (the node's pool).
-func Available(inv cloud.NodeInventory, first int) int {
+func Available(inv cloud.NodeInventory, sel Selector) int {
 	n := 0
-	for _, ifc := range Eligible(inv, first) {
+	for _, ifc := range Eligible(inv, sel) {
 		n += len(ifc.Addresses)
 	}
 	return n
@@ -44,6 +68,27 @@ func FreeOnInterface(ifc cloud.Interface, l cloud.Limits) int {
 		return unlimited
 	}
 	return max(l.AddressesPerInterface-1-len(ifc.Addresses), 0)
+}
+
+// Capacity is how many pod addresses the node can hold at most, from its instance type's
+// limits: every interface it may have at or above sel.First, less the excluded ones it has,
+// times the addresses each can carry besides its own primary address. This is Cilium's
+// instance limit used as max-allocate when none is set (pkg/ipam/node.go getMaxAllocate,
+// pkg/aws/eni/node.go GetMaximumAllocatableIPv4: (adapters - first-interface-index) x
+// (IPv4 per adapter - 1); docs.cilium.io .../ipam/eni/, "Instance type limits"). 0 means
+// unknown (a limit the backend did not report), i.e. no cap.
+func Capacity(inv cloud.NodeInventory, sel Selector) int {
+	l := inv.Limits
+	if l.MaxInterfaces <= 0 || l.AddressesPerInterface <= 0 {
+		return 0
+	}
+	slots := l.MaxInterfaces - sel.First
+	for _, ifc := range inv.Interfaces {
+		if ifc.Index >= sel.First && sel.Excluded(ifc) {
+			slots--
+		}
+	}
+	return max(slots, 0) * max(l.AddressesPerInterface-1, 0)
 }
 
 // FreeOnSubnet is the subnet's free count as an int; a subnet the inventory does not list is
@@ -67,8 +112,8 @@ func AllocationAmount(onSubnet, onInterface, want int) int {
 // PickInterface is the first eligible interface (lowest index) with free slots whose subnet
 // has free addresses, skipping the IDs in skip (found full by the cloud this pass). It returns
 // the interface and its free slots and subnet free count.
-func PickInterface(inv cloud.NodeInventory, first int, skip map[string]bool) (ifc cloud.Interface, onInterface, onSubnet int, ok bool) {
-	for _, c := range Eligible(inv, first) {
+func PickInterface(inv cloud.NodeInventory, sel Selector, skip map[string]bool) (ifc cloud.Interface, onInterface, onSubnet int, ok bool) {
+	for _, c := range Eligible(inv, sel) {
 		if skip[c.ID] {
 			continue
 		}
@@ -193,13 +238,13 @@ func PickIndex(inv cloud.NodeInventory, first int) (int, bool) {
 // PickRelease chooses what to release: on the eligible interface with the most free
 // addresses (not in use, not refused by the agent), up to excess of them, highest addresses
 // first. Ties go to the higher index (keep the low interfaces full).
-func PickRelease(inv cloud.NodeInventory, first int, inUse func(netip.Addr) bool, excess int) (string, []netip.Addr) {
+func PickRelease(inv cloud.NodeInventory, sel Selector, inUse func(netip.Addr) bool, excess int) (string, []netip.Addr) {
 	if excess <= 0 {
 		return "", nil
 	}
 	var best string
 	var bestFree []netip.Addr
-	for _, ifc := range Eligible(inv, first) {
+	for _, ifc := range Eligible(inv, sel) {
 		var free []netip.Addr
 		for _, a := range ifc.Addresses {
 			if !inUse(a) {

@@ -45,13 +45,13 @@ func testInventory() cloud.NodeInventory {
 
 func TestEligibleAndAvailable(t *testing.T) {
 	inv := testInventory()
-	if got := Available(inv, 0); got != 19 {
+	if got := Available(inv, Selector{First: 0}); got != 19 {
 		t.Errorf("Available(first=0) = %d", got)
 	}
-	if got := Available(inv, 1); got != 14 {
+	if got := Available(inv, Selector{First: 1}); got != 14 {
 		t.Errorf("Available(first=1) = %d", got)
 	}
-	if el := Eligible(inv, 0); el[0].ID != "eni-0" || el[1].ID != "eni-1" {
+	if el := Eligible(inv, Selector{First: 0}); el[0].ID != "eni-0" || el[1].ID != "eni-1" {
 		t.Errorf("Eligible not sorted by index: %v", el)
 	}
 }
@@ -59,21 +59,21 @@ func TestEligibleAndAvailable(t *testing.T) {
 func TestPickInterface(t *testing.T) {
 	inv := testInventory()
 	// eth0 (index 0) has room: 15 - 1 - 5 = 9.
-	ifc, onIfc, onSub, ok := PickInterface(inv, 0, nil)
+	ifc, onIfc, onSub, ok := PickInterface(inv, Selector{First: 0}, nil)
 	if !ok || ifc.ID != "eni-0" || onIfc != 9 || onSub != 100 {
 		t.Fatalf("first=0: %s %d %d %v", ifc.ID, onIfc, onSub, ok)
 	}
 	// first=1 excludes eth0; eth1 is full (14 of 14).
-	if _, _, _, ok := PickInterface(inv, 1, nil); ok {
+	if _, _, _, ok := PickInterface(inv, Selector{First: 1}, nil); ok {
 		t.Fatal("first=1: a full interface was picked")
 	}
 	// A subnet without free addresses disqualifies its interface.
 	inv.Subnets[0].Free = 0
-	if _, _, _, ok := PickInterface(inv, 0, nil); ok {
+	if _, _, _, ok := PickInterface(inv, Selector{First: 0}, nil); ok {
 		t.Fatal("interface of a full subnet was picked")
 	}
 	inv.Subnets[0].Free = 100
-	if _, _, _, ok := PickInterface(inv, 0, map[string]bool{"eni-0": true}); ok {
+	if _, _, _, ok := PickInterface(inv, Selector{First: 0}, map[string]bool{"eni-0": true}); ok {
 		t.Fatal("skipped interface was picked")
 	}
 }
@@ -147,11 +147,11 @@ func TestPickRelease(t *testing.T) {
 		used[a] = true
 	}
 	inUse := func(a netip.Addr) bool { return used[a] }
-	id, got := PickRelease(inv, 0, inUse, 3)
+	id, got := PickRelease(inv, Selector{First: 0}, inUse, 3)
 	if id != "eni-0" || len(got) != 3 || got[0] != netip.MustParseAddr("10.0.1.14") {
 		t.Fatalf("got %s %v", id, got)
 	}
-	id, got = PickRelease(inv, 1, inUse, 10)
+	id, got = PickRelease(inv, Selector{First: 1}, inUse, 10)
 	if id != "eni-1" || len(got) != 4 {
 		t.Fatalf("first=1: got %s %v", id, got)
 	}
@@ -160,7 +160,7 @@ func TestPickRelease(t *testing.T) {
 			t.Fatalf("picked used address %s", a)
 		}
 	}
-	if id, got := PickRelease(inv, 0, inUse, 0); id != "" || got != nil {
+	if id, got := PickRelease(inv, Selector{First: 0}, inUse, 0); id != "" || got != nil {
 		t.Fatal("released without excess")
 	}
 	_ = addrs

@@ -2,16 +2,21 @@
 // (amazon-vpc-cni-k8s, docs/cni-proposal.md "Pod to external communications"): a pod's
 // address is a secondary address of one ENI, and the VPC drops a packet whose source address
 // leaves through another interface. So each secondary ENI gets its own routing table (a
-// default route via its subnet's router, out of that ENI), and each pod on it two policy
-// rules:
+// default route via its subnet's router, out of that ENI), and each pod
 //
+//	a route in the main table:  <pod> dev <pod's host-side veth> scope link
 //	512:  to <pod> lookup main          (traffic to the pod stays on the node's main table)
 //	1536: from <pod> lookup <eni table> (traffic from the pod leaves through its ENI)
 //
-// Pods on the primary ENI (device index 0) need neither: the main table's default route
-// already leaves through it. Tables are numbered device index + TableBase; every rule and
-// route carries allot's protocol number, so a restarted agent finds its own and removes the
-// stale ones without touching anything else.
+// Pods on the primary ENI (device index 0) need no 1536 rule: the main table's default route
+// already leaves through it. Tables are numbered device index + TableBase; rules and table
+// routes carry allot's protocol number (Protocol), pod routes their own (PodRouteProtocol),
+// so a restarted agent finds its own and removes the stale ones without touching anything
+// else, node routes included.
+//
+// The pod's host-side veth is found from the kernel (HostVeths): the veth whose peer, in a
+// pod's network namespace, holds the pod's address. allot is the IPAM plugin, called before
+// the interface plugin creates the veth, so the Controller keeps retrying until it appears.
 package enihost
 
 import (
@@ -19,6 +24,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/netip"
 	"slices"
@@ -39,8 +45,13 @@ const (
 // left on the node during a migration).
 const TableBase = 1000
 
-// Protocol marks allot's rules and routes (the same number as its node routes).
+// Protocol marks allot's rules and ENI table routes (the same number as its node routes,
+// which live in the main table with a gateway, never in an ENI table).
 const Protocol = 0xa7
+
+// PodRouteProtocol marks the per-pod routes in the main table: a number of their own, so
+// that removing stale pod routes can never touch a node route (core/noderoutes, Protocol).
+const PodRouteProtocol = 0xa8
 
 // ENI is one interface of the instance.
 type ENI struct {
@@ -52,10 +63,14 @@ type ENI struct {
 	Subnet netip.Prefix
 }
 
-// Pod is one pod address and the ENI device index that holds it.
+// Pod is one pod address, the ENI device index that holds it and the pod's host-side veth.
 type Pod struct {
 	Addr     netip.Addr
 	ENIIndex int
+	// HostLink is the ifindex of the pod's host-side veth; 0 when not found (yet): a route
+	// set earlier for the address is then kept (an agent restart, a pod whose namespace is
+	// not visible), none is added.
+	HostLink int
 }
 
 // Host applies ENI host routing in one network namespace.
@@ -68,7 +83,9 @@ type Host struct {
 // Result is what Sync changed and what it could not do.
 type Result struct {
 	RulesAdded, RulesRemoved, RoutesSet int
-	Errors                              []error
+	// PodRoutesSet and PodRoutesRemoved count main-table routes to pods' veths.
+	PodRoutesSet, PodRoutesRemoved int
+	Errors                         []error
 }
 
 func (h *Host) nl() *netlink.Handle {
@@ -106,17 +123,27 @@ func (h *Host) Sync(enis []ENI, pods []Pod) (Result, error) {
 		res.RoutesSet++
 		ready[e.Index] = true
 	}
+	// Pod routes first: a rule sending the pod's traffic to the main table is only useful
+	// once the main table knows the pod.
+	if err := h.podRoutes(pods, &res); err != nil {
+		return res, err
+	}
 	want := map[ruleKey]bool{}
 	for _, p := range pods {
-		if p.ENIIndex == 0 || !p.Addr.IsValid() {
+		if !p.Addr.IsValid() {
 			continue
 		}
-		if !ready[p.ENIIndex] {
+		if p.ENIIndex != 0 && !ready[p.ENIIndex] {
 			res.Errors = append(res.Errors, fmt.Errorf("enihost: pod %s: ENI device %d is not ready on the host", p.Addr, p.ENIIndex))
 			continue
 		}
+		// The to-pod rule for pods of every ENI, the primary's included: without it the
+		// answer of a secondary-ENI pod to a primary-ENI pod would follow the former's
+		// from-rule out of its ENI instead of staying on the node.
 		want[ruleKey{p.Addr, ToPodPriority, unix.RT_TABLE_MAIN}] = true
-		want[ruleKey{p.Addr, FromPodPriority, TableBase + p.ENIIndex}] = true
+		if p.ENIIndex != 0 {
+			want[ruleKey{p.Addr, FromPodPriority, TableBase + p.ENIIndex}] = true
+		}
 	}
 	have, err := h.rules()
 	if err != nil {
@@ -151,19 +178,126 @@ func (h *Host) Sync(enis []ENI, pods []Pod) (Result, error) {
 		}
 		res.RulesAdded++
 	}
-	if res.RulesAdded+res.RulesRemoved > 0 && h.Log != nil {
-		h.Log.Info("ENI pod rules synced", "added", res.RulesAdded, "removed", res.RulesRemoved, "pods", len(pods))
+	if res.RulesAdded+res.RulesRemoved+res.PodRoutesSet+res.PodRoutesRemoved > 0 && h.Log != nil {
+		h.Log.Info("ENI pod rules and routes synced", "rules_added", res.RulesAdded, "rules_removed", res.RulesRemoved,
+			"routes_set", res.PodRoutesSet, "routes_removed", res.PodRoutesRemoved, "pods", len(pods))
 	}
 	return res, nil
 }
 
-// RemoveAll removes every rule and ENI table route of allot's (uninstall).
+// podRoutes makes the main table's pod routes match pods: a route to each pod with a known
+// host-side veth, kept for a pod whose veth is unknown, removed for addresses no pod holds.
+func (h *Host) podRoutes(pods []Pod, res *Result) error {
+	have, err := h.podRouteList()
+	if err != nil {
+		return err
+	}
+	listed := map[netip.Addr]int{}
+	for _, p := range pods {
+		if p.Addr.IsValid() {
+			listed[p.Addr] = p.HostLink
+		}
+	}
+	for a, r := range have {
+		if _, ok := listed[a]; ok {
+			continue
+		}
+		if err := h.nl().RouteDel(r); err != nil && !errors.Is(err, unix.ESRCH) {
+			res.Errors = append(res.Errors, fmt.Errorf("enihost: remove route to pod %s: %w", a, err))
+			continue
+		}
+		res.PodRoutesRemoved++
+	}
+	for _, a := range slices.SortedFunc(maps.Keys(listed), netip.Addr.Compare) {
+		link := listed[a]
+		if r, ok := have[a]; link == 0 || ok && r.LinkIndex == link {
+			continue
+		}
+		if err := h.nl().RouteReplace(podRoute(a, link)); err != nil {
+			res.Errors = append(res.Errors, fmt.Errorf("enihost: route to pod %s via ifindex %d: %w", a, link, err))
+			continue
+		}
+		res.PodRoutesSet++
+	}
+	return nil
+}
+
+func podRoute(a netip.Addr, link int) *netlink.Route {
+	bits := a.BitLen()
+	return &netlink.Route{LinkIndex: link, Dst: &net.IPNet{IP: a.AsSlice(), Mask: net.CIDRMask(bits, bits)},
+		Scope: netlink.SCOPE_LINK, Table: unix.RT_TABLE_MAIN, Protocol: PodRouteProtocol}
+}
+
+// podRouteList returns allot's pod routes of the main table by address.
+func (h *Host) podRouteList() (map[netip.Addr]*netlink.Route, error) {
+	out := map[netip.Addr]*netlink.Route{}
+	for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
+		rs, err := h.nl().RouteListFiltered(fam, &netlink.Route{Protocol: PodRouteProtocol, Table: unix.RT_TABLE_MAIN},
+			netlink.RT_FILTER_PROTOCOL|netlink.RT_FILTER_TABLE)
+		if err != nil {
+			return nil, fmt.Errorf("enihost: list pod routes: %w", err)
+		}
+		for i := range rs {
+			r := &rs[i]
+			if r.Dst == nil {
+				continue
+			}
+			if ones, bits := r.Dst.Mask.Size(); ones != bits {
+				continue
+			}
+			if a, ok := netip.AddrFromSlice(r.Dst.IP); ok {
+				out[a.Unmap()] = r
+			}
+		}
+	}
+	return out, nil
+}
+
+// PodRoutes returns the main table's pod routes: address -> ifindex of the veth (tests,
+// diagnostics).
+func (h *Host) PodRoutes() (map[netip.Addr]int, error) {
+	rs, err := h.podRouteList()
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[netip.Addr]int, len(rs))
+	for a, r := range rs {
+		out[a] = r.LinkIndex
+	}
+	return out, nil
+}
+
+// RuleAddrs returns the pod address of each of allot's rules, sorted, once per rule
+// (tests, diagnostics).
+func (h *Host) RuleAddrs() ([]netip.Addr, error) {
+	rs, err := h.rules()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]netip.Addr, 0, len(rs))
+	for k := range rs {
+		out = append(out, k.addr)
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return out, nil
+}
+
+// RemoveAll removes every rule, ENI table route and pod route of allot's (uninstall).
 func (h *Host) RemoveAll() error {
 	have, err := h.rules()
 	if err != nil {
 		return err
 	}
 	var errs []error
+	routes, err := h.podRouteList()
+	if err != nil {
+		errs = append(errs, err)
+	}
+	for a, r := range routes {
+		if err := h.nl().RouteDel(r); err != nil && !errors.Is(err, unix.ESRCH) {
+			errs = append(errs, fmt.Errorf("enihost: remove route to pod %s: %w", a, err))
+		}
+	}
 	for k, r := range have {
 		if err := h.nl().RuleDel(r); err != nil && !errors.Is(err, unix.ENOENT) {
 			errs = append(errs, fmt.Errorf("enihost: remove rule %s: %w", k, err))

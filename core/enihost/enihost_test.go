@@ -95,7 +95,7 @@ func TestSyncRoutesPodTrafficThroughItsENI(t *testing.T) {
 	pods := []Pod{{Addr: netip.MustParseAddr("10.1.1.50"), ENIIndex: 1}, {Addr: netip.MustParseAddr("10.1.0.50"), ENIIndex: 0}}
 	host := &Host{Handle: h}
 	res, err := host.Sync(enis, pods)
-	if err != nil || len(res.Errors) != 0 || res.RulesAdded != 2 {
+	if err != nil || len(res.Errors) != 0 || res.RulesAdded != 3 {
 		t.Fatalf("sync: %+v %v", res, err)
 	}
 	egress := func(src string) (oif int, gw net.IP) {
@@ -119,7 +119,7 @@ func TestSyncRoutesPodTrafficThroughItsENI(t *testing.T) {
 	// The pod goes: its rules go; an ENI not on the host yet is reported for its pods.
 	res, err = host.Sync(append(enis, ENI{Index: 2, MAC: "02:00:00:00:00:02", Subnet: netip.MustParsePrefix("10.1.2.0/24")}),
 		[]Pod{{Addr: netip.MustParseAddr("10.1.2.7"), ENIIndex: 2}})
-	if err != nil || res.RulesRemoved != 2 || len(res.Errors) != 2 {
+	if err != nil || res.RulesRemoved != 3 || len(res.Errors) != 2 {
 		t.Fatalf("pod gone: %+v %v", res, err)
 	}
 	if oif, _ := egress("10.1.1.50"); oif != links["eth0"].Index {

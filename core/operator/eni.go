@@ -55,8 +55,59 @@ type ENIOptions struct {
 	Now func() time.Time
 	// OnEngine, if set, is called with each term's engine once it runs (tests).
 	OnEngine func(*eni.Engine)
+	// NodeConfigs are named per-node ENI settings; a node uses the one its label
+	// NodeConfigLabel names (the AWS VPC CNI's ENIConfig, chosen by the node label
+	// k8s.amazonaws.com/eniConfig, or by zone with ENI_CONFIG_LABEL_DEF). Fields of the
+	// node's spec.eni win over them, and they over the cluster-wide Config.
+	NodeConfigs map[string]NodeENIConfig
+	// GCInterval and GCTags run the garbage collection of leaked interfaces (eni.GC) while
+	// this replica leads, when the backend offers it (eni.InterfaceCollector) and there are
+	// tags: GCTags plus the cluster's (eni.ClusterTag = Config.ClusterName). Interval 0:
+	// eni.DefaultGCInterval; negative: off.
+	GCInterval time.Duration
+	GCTags     map[string]string
+	// NodeConfigLabel is the node label naming a node's entry of NodeConfigs (default
+	// DefaultNodeConfigLabel; topology.kubernetes.io/zone picks one entry per zone).
+	NodeConfigLabel string
 
 	metrics *eni.Metrics // registered once per Run, shared by the terms
+}
+
+// DefaultNodeConfigLabel is the node label naming a node's ENI settings (ENIOptions).
+const DefaultNodeConfigLabel = "allot.io/eni-config"
+
+// NodeENIConfig is one named set of per-node ENI settings (ENIOptions.NodeConfigs): where a
+// node's new ENIs go and which security groups they get.
+type NodeENIConfig struct {
+	SubnetIDs         []string
+	SubnetTags        map[string]string
+	SecurityGroups    []string
+	SecurityGroupTags map[string]string
+}
+
+func (o *ENIOptions) label() string {
+	if o.NodeConfigLabel == "" {
+		return DefaultNodeConfigLabel
+	}
+	return o.NodeConfigLabel
+}
+
+// nodeConfig returns the settings the node's label selects: nil when the node carries no
+// such label (or there are no node configs), an error naming the label when it names an
+// entry that does not exist.
+func (o *ENIOptions) nodeConfig(node *corev1.Node) (*NodeENIConfig, error) {
+	if len(o.NodeConfigs) == 0 {
+		return nil, nil
+	}
+	name, ok := node.Labels[o.label()]
+	if !ok || name == "" {
+		return nil, nil
+	}
+	c, ok := o.NodeConfigs[name]
+	if !ok {
+		return nil, fmt.Errorf("label %s=%s names no entry of cluster.eni.nodeConfigs", o.label(), name)
+	}
+	return &c, nil
 }
 
 func (o *ENIOptions) validate() error {
@@ -113,10 +164,34 @@ func (op *operator) runENI(ctx context.Context) error {
 		op.opts.ENI.OnEngine(op.eni.engine)
 	}
 	op.log.Info("ENI engine running", "nodes", len(op.eni.engine.Nodes()))
+	if gc := op.eniGC(); gc != nil {
+		go gc.Run(ctx)
+	}
 	if err := op.eni.engine.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
 		return err
 	}
 	return nil
+}
+
+// eniGC is the garbage collection of leaked interfaces this term runs, or nil.
+func (op *operator) eniGC() *eni.GC {
+	o := op.opts.ENI
+	tags := maps.Clone(o.GCTags)
+	if o.Config.ClusterName != "" {
+		if tags == nil {
+			tags = map[string]string{}
+		}
+		tags[eni.ClusterTag] = o.Config.ClusterName
+	}
+	if o.GCInterval < 0 || len(tags) == 0 {
+		return nil
+	}
+	col, ok := o.Backend.(eni.InterfaceCollector)
+	if !ok {
+		op.log.Info("ENI garbage collection off: the cloud backend cannot list and delete detached interfaces")
+		return nil
+	}
+	return &eni.GC{Collector: col, Tags: tags, Interval: o.GCInterval, Log: op.log.With("component", "eni-gc")}
 }
 
 // reconcileENINode hands one node's state to the engine, or removes the node: its AllotNode
@@ -159,7 +234,15 @@ func (op *operator) reconcileENINode(ctx context.Context, req reconcile.Request)
 		op.log.Info("Node deleted; AllotNode deleted (its ENIs stay with the instance)", "node", name)
 		return reconcile.Result{}, nil
 	}
-	s := eniNodeState(&an, &node, op.opts.ENI.Config.Params)
+	nc, err := op.opts.ENI.nodeConfig(&node)
+	if err != nil {
+		// As the AWS VPC CNI with a missing ENIConfig: no new addresses rather than
+		// addresses from subnets the node was not meant to use.
+		op.event(&an, corev1.EventTypeWarning, "ENIConfigNotFound", "Allocate", "%v; the node gets no ENI addresses until it does", err)
+		op.forgetENINode(name)
+		return reconcile.Result{}, nil
+	}
+	s := eniNodeState(&an, &node, op.opts.ENI.Config.Params, nc)
 	hs := answers(&an)
 	m := op.eni
 	m.mu.Lock()
@@ -221,8 +304,10 @@ func ownedByNode(an *allotv1.AllotNode) bool {
 }
 
 // eniNodeState builds the engine's view of a node from its AllotNode and Node (node may be
-// empty when the Node does not exist).
-func eniNodeState(an *allotv1.AllotNode, node *corev1.Node, def eni.Params) eni.NodeState {
+// empty when the Node does not exist) and the node config its label selects (nc, may be
+// nil): a field of spec.eni wins over nc's, which wins over the cluster-wide configuration.
+// Subnet IDs and tags go together, as in the engine: a node's own either replaces both.
+func eniNodeState(an *allotv1.AllotNode, node *corev1.Node, def eni.Params, nc *NodeENIConfig) eni.NodeState {
 	spec := an.Spec.ENI
 	ref := cloud.NodeRef{Name: an.Name, ProviderID: eninode.ProviderID(node.Spec.ProviderID, spec)}
 	if spec != nil {
@@ -248,6 +333,15 @@ func eniNodeState(an *allotv1.AllotNode, node *corev1.Node, def eni.Params) eni.
 		s.SubnetIDs = spec.SubnetIDs
 		s.SubnetTags = spec.SubnetTags
 		s.SecurityGroups = spec.SecurityGroups
+		s.SecurityGroupTags = spec.SecurityGroupTags
+	}
+	if nc != nil {
+		if len(s.SubnetIDs) == 0 && len(s.SubnetTags) == 0 {
+			s.SubnetIDs, s.SubnetTags = nc.SubnetIDs, nc.SubnetTags
+		}
+		if len(s.SecurityGroups) == 0 && len(s.SecurityGroupTags) == 0 {
+			s.SecurityGroups, s.SecurityGroupTags = nc.SecurityGroups, nc.SecurityGroupTags
+		}
 	}
 	return s
 }

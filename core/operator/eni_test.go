@@ -3,6 +3,7 @@ package operator
 import (
 	"net/netip"
 	"reflect"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -56,7 +57,7 @@ func TestENINodeState(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := eniNodeState(&tc.an, tc.node, def); !reflect.DeepEqual(got, tc.want) {
+			if got := eniNodeState(&tc.an, tc.node, def, nil); !reflect.DeepEqual(got, tc.want) {
 				t.Fatalf("got  %+v\nwant %+v", got, tc.want)
 			}
 		})
@@ -68,5 +69,48 @@ func TestAnswersFingerprint(t *testing.T) {
 	an.Status.IPAM.ReleaseIPs = map[string]allotv1.ReleaseState{"10.0.0.2": "marked-for-release", "10.0.0.1": "ready-for-release", "10.0.0.3": "do-not-release"}
 	if got := answers(an); got != "10.0.0.1=ready-for-release;10.0.0.3=do-not-release;" {
 		t.Fatal(got)
+	}
+}
+
+// TestENINodeConfigFromLabel: a node label selects named per-node settings (the AWS VPC
+// CNI's ENIConfig): subnets and security groups of the node's new ENIs. A field of spec.eni
+// (the agent's or a hand edit) wins over them; subnet IDs and tags, and group IDs and tags,
+// go together; a label naming no entry is an error naming the label; the label key can be
+// the zone's, one entry per zone.
+func TestENINodeConfigFromLabel(t *testing.T) {
+	o := &ENIOptions{NodeConfigs: map[string]NodeENIConfig{
+		"pods-a":     {SubnetIDs: []string{"subnet-a"}, SecurityGroupTags: map[string]string{"tier": "pods"}},
+		"us-east-1b": {SubnetTags: map[string]string{"zone": "b"}, SecurityGroups: []string{"sg-b"}},
+	}}
+	node := func(labels map[string]string) *corev1.Node {
+		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Labels: labels}}
+	}
+	state := func(t *testing.T, o *ENIOptions, n *corev1.Node, spec *allotv1.NodeENISpec) eni.NodeState {
+		t.Helper()
+		nc, err := o.nodeConfig(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return eniNodeState(&allotv1.AllotNode{ObjectMeta: metav1.ObjectMeta{Name: "n"}, Spec: allotv1.AllotNodeSpec{ENI: spec}}, n, eni.Params{}, nc)
+	}
+	s := state(t, o, node(map[string]string{DefaultNodeConfigLabel: "pods-a"}), nil)
+	if !reflect.DeepEqual(s.SubnetIDs, []string{"subnet-a"}) || s.SubnetTags != nil || s.SecurityGroupTags["tier"] != "pods" || s.SecurityGroups != nil {
+		t.Fatalf("from the label: %+v", s)
+	}
+	s = state(t, o, node(map[string]string{DefaultNodeConfigLabel: "pods-a"}), &allotv1.NodeENISpec{SubnetTags: map[string]string{"hand": "1"}})
+	if s.SubnetIDs != nil || s.SubnetTags["hand"] != "1" || s.SecurityGroupTags["tier"] != "pods" {
+		t.Fatalf("spec.eni's subnet tags must replace the config's subnets, groups still from it: %+v", s)
+	}
+	s = state(t, o, node(nil), nil)
+	if s.SubnetIDs != nil || s.SecurityGroupTags != nil {
+		t.Fatalf("unlabelled node: %+v", s)
+	}
+	if _, err := o.nodeConfig(node(map[string]string{DefaultNodeConfigLabel: "nope"})); err == nil || !strings.Contains(err.Error(), "allot.io/eni-config=nope") {
+		t.Fatalf("unknown entry: %v", err)
+	}
+	byZone := &ENIOptions{NodeConfigs: o.NodeConfigs, NodeConfigLabel: LabelZone}
+	s = state(t, byZone, node(map[string]string{LabelZone: "us-east-1b", DefaultNodeConfigLabel: "pods-a"}), nil)
+	if s.SubnetTags["zone"] != "b" || !reflect.DeepEqual(s.SecurityGroups, []string{"sg-b"}) {
+		t.Fatalf("by zone: %+v", s)
 	}
 }

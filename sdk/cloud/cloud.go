@@ -8,7 +8,7 @@ import (
 
 // ContractVersion is the semantic version of this contract. A host refuses a backend whose
 // major version differs, or whose minor version is newer than the host's.
-const ContractVersion = "1.0.0"
+const ContractVersion = "1.1.0"
 
 // CloudBackend is the interface every cloud backend implements, whatever its transport.
 type CloudBackend interface {
@@ -142,11 +142,15 @@ type CreateInterfaceRequest struct {
 	Index int
 	// Subnet is the ID of the subnet to create the interface in.
 	Subnet string
-	// SecurityGroups to attach; empty means the backend's default (AWS: those of the
-	// primary interface).
+	// SecurityGroups to attach; empty means SecurityGroupTags, else the backend's default
+	// (AWS: those of the primary interface).
 	SecurityGroups []string
-	Description    string
-	Tags           map[string]string
+	// SecurityGroupTags (contract 1.1) select the groups to attach when SecurityGroups is
+	// empty: every group of the node's network carrying all of these tags (Cilium's
+	// security-group-tags, per node). A backend of contract 1.0 ignores them.
+	SecurityGroupTags map[string]string
+	Description       string
+	Tags              map[string]string
 	// DeleteOnTermination deletes the interface with the instance.
 	DeleteOnTermination bool
 	// Family and Count of addresses to assign on creation, besides the interface's own

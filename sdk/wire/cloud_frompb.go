@@ -215,7 +215,7 @@ func CreateInterfaceRequestFromProto(m *pb.CreateInterfaceRequest) (cloud.Create
 	return cloud.CreateInterfaceRequest{
 		Node: node, Index: int(m.Index), Subnet: m.Subnet, SecurityGroups: m.SecurityGroups,
 		Description: m.Description, Tags: mapFromProto(m.Tags), DeleteOnTermination: m.DeleteOnTermination,
-		Family: fam, Count: int(m.Count),
+		Family: fam, Count: int(m.Count), SecurityGroupTags: mapFromProto(m.SecurityGroupTags),
 	}, nil
 }
 

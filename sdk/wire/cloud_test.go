@@ -31,7 +31,7 @@ func TestCloudRoundTrip(t *testing.T) {
 	if err != nil || !reflect.DeepEqual(gotA, areq) {
 		t.Fatalf("allocate request: %+v, %v", gotA, err)
 	}
-	creq := cloud.CreateInterfaceRequest{Node: node, Index: 2, Subnet: "subnet-1", SecurityGroups: []string{"sg-1"},
+	creq := cloud.CreateInterfaceRequest{Node: node, Index: 2, Subnet: "subnet-1", SecurityGroups: []string{"sg-1"}, SecurityGroupTags: map[string]string{"tier": "pods"},
 		Description: "allot", Tags: map[string]string{"a": "b"}, DeleteOnTermination: true, Family: cloud.IPv4, Count: 5}
 	gotC, err := wire.CreateInterfaceRequestFromProto(roundTrip(t, wire.CreateInterfaceRequestToProto(creq), &pb.CreateInterfaceRequest{}))
 	if err != nil || !reflect.DeepEqual(gotC, creq) {

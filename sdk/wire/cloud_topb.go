@@ -61,6 +61,7 @@ func CreateInterfaceRequestToProto(r cloud.CreateInterfaceRequest) *pb.CreateInt
 		Node: NodeRefToProto(r.Node), Index: int32(r.Index), Subnet: r.Subnet,
 		SecurityGroups: r.SecurityGroups, Description: r.Description, Tags: mapToProto(r.Tags),
 		DeleteOnTermination: r.DeleteOnTermination, Family: cloudFamilyToProto(r.Family), Count: int32(r.Count),
+		SecurityGroupTags: mapToProto(r.SecurityGroupTags),
 	}
 }
 

@@ -159,6 +159,9 @@ type values struct {
 	} `json:"sharedPools"`
 	ENI struct {
 		IAMRoleArn string `json:"iamRoleArn"`
+		Config     struct {
+			HostRouting *bool `json:"hostRouting"`
+		} `json:"config"`
 	} `json:"eni"`
 	PluginFiles struct {
 		HostPath string `json:"hostPath"`
@@ -188,6 +191,11 @@ type values struct {
 }
 
 func (v values) agentEnabled() bool { return v.Agent.Enabled && v.Mode != "clustercidr" }
+
+// eniHostRouting: the agent sets up ENI host routing (cluster.eni.hostRouting, on by default).
+func (v values) eniHostRouting() bool {
+	return v.Mode == "eni" && (v.ENI.Config.HostRouting == nil || *v.ENI.Config.HostRouting)
+}
 
 // effectiveValues asks helm for the values it renders with (defaults merged with the case's),
 // through the chart itself, so the checks never disagree with helm's merging.
@@ -457,7 +465,12 @@ func checkAgent(t *testing.T, docs []doc, v values) {
 		}
 	} else {
 		want := map[string][]string{"none": nil, "iptables": {"NET_ADMIN", "NET_RAW"}, "ebpf": {"NET_ADMIN", "BPF", "PERFMON"}}[v.Datapath.Type]
-		for _, c := range v.Agent.ExtraCapabilities {
+		extra := v.Agent.ExtraCapabilities
+		if v.eniHostRouting() {
+			// Rules and routes, and entering pods' namespaces to find their veths.
+			extra = append(slices.Clone(extra), "NET_ADMIN", "SYS_ADMIN")
+		}
+		for _, c := range extra {
 			if !slices.Contains(want, c) {
 				want = append(want, c)
 			}
@@ -501,6 +514,9 @@ func checkAgent(t *testing.T, docs []doc, v values) {
 	if v.PluginFiles.HostPath != "" {
 		wantHost["/opt/allot/plugins"] = v.PluginFiles.HostPath
 	}
+	if v.eniHostRouting() {
+		wantHost["/var/run/netns"] = "/var/run/netns"
+	}
 	switch v.Datapath.Type {
 	case "iptables":
 		wantHost["/run/xtables.lock"] = "/run/xtables.lock"
@@ -522,6 +538,9 @@ func checkAgent(t *testing.T, docs []doc, v values) {
 	}
 	if m, ok := mounts["/sys/fs/bpf"]; ok && (m.MountPropagation == nil || *m.MountPropagation != corev1.MountPropagationHostToContainer) {
 		t.Errorf("agent: /sys/fs/bpf needs HostToContainer propagation: %+v", m)
+	}
+	if m, ok := mounts["/var/run/netns"]; ok && (!m.ReadOnly || m.MountPropagation == nil || *m.MountPropagation != corev1.MountPropagationHostToContainer) {
+		t.Errorf("agent: /var/run/netns must be read-only with HostToContainer propagation: %+v", m)
 	}
 	for in := range hostPaths {
 		if _, ok := wantHost[in]; !ok {

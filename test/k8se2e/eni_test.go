@@ -159,8 +159,12 @@ func buildPlugin(t *testing.T, url string) *config.Plugin {
 
 // eniCluster is the cluster.eni section both roles share (fast clocks for the test).
 func eniCluster(backend string) config.ClusterENI {
+	// These agents run in the test machine's own network namespace with the EC2 fake's
+	// ENIs: no host routing there (core/enihost's tests build namespaces for it).
+	off := false
 	return config.ClusterENI{
 		Backend:         backend,
+		HostRouting:     &off,
 		ReleaseDelay:    300 * time.Millisecond,
 		MinPassInterval: 100 * time.Millisecond,
 		ResyncInterval:  time.Second,

@@ -240,7 +240,7 @@ func (b *Backend) CreateInterface(ctx context.Context, req cloud.CreateInterface
 			return cloud.Interface{}, fmt.Errorf("aws-eni: create interface: device index %d of %s is taken by %s", req.Index, inst.id, e.id)
 		}
 	}
-	groups, err := b.securityGroups(ctx, inst, enis, req.SecurityGroups)
+	groups, err := b.securityGroups(ctx, inst, enis, req.SecurityGroups, req.SecurityGroupTags)
 	if err != nil {
 		return cloud.Interface{}, err
 	}
@@ -305,40 +305,30 @@ func (b *Backend) CreateInterface(ctx context.Context, req cloud.CreateInterface
 	return toInterface(*e), nil
 }
 
-// securityGroups picks a new interface's groups: the operator's, else those matching the
-// configured tags in the instance's VPC, else eth0's.
-func (b *Backend) securityGroups(ctx context.Context, inst *instance, enis []eniEntry, asked []string) ([]string, error) {
+// securityGroups picks a new interface's groups: the operator's IDs, else the groups of the
+// instance's VPC carrying the operator's tags for the node (nodeTags), else those carrying
+// the configured tags, else eth0's. Groups found by tags are cached per VPC and tag set.
+// Tags the operator named for the node that match no group are an error (the node's ENIs
+// would otherwise get groups it was not meant to have); configured tags that match none fall
+// back to eth0's groups, as Cilium's security-group-tags do.
+func (b *Backend) securityGroups(ctx context.Context, inst *instance, enis []eniEntry, asked []string, nodeTags map[string]string) ([]string, error) {
 	if len(asked) > 0 {
 		return asked, nil
 	}
-	if len(b.cfg.SecurityGroupTags) > 0 {
-		b.cache.mu.Lock()
-		cached, ok := b.cache.sgByTags[inst.vpc]
-		b.cache.mu.Unlock()
-		if ok {
-			return cached, nil
+	tags := b.cfg.SecurityGroupTags
+	if len(nodeTags) > 0 {
+		tags = nodeTags
+	}
+	if len(tags) > 0 {
+		groups, err := b.groupsByTags(ctx, inst.vpc, tags)
+		if err != nil {
+			return nil, err
 		}
-		filters := []types.Filter{{Name: aws.String("vpc-id"), Values: []string{inst.vpc}}}
-		for _, k := range sortedKeys(b.cfg.SecurityGroupTags) {
-			filters = append(filters, types.Filter{Name: aws.String("tag:" + k), Values: []string{b.cfg.SecurityGroupTags[k]}})
-		}
-		var groups []string
-		p := ec2.NewDescribeSecurityGroupsPaginator(b.api, &ec2.DescribeSecurityGroupsInput{Filters: filters, MaxResults: aws.Int32(1000)})
-		for p.HasMorePages() {
-			out, err := p.NextPage(ctx)
-			if err != nil {
-				return nil, fmt.Errorf("aws-eni: security groups by tags: %w", mapErr(err))
-			}
-			for _, g := range out.SecurityGroups {
-				groups = append(groups, aws.ToString(g.GroupId))
-			}
-		}
-		sort.Strings(groups)
 		if len(groups) > 0 {
-			b.cache.mu.Lock()
-			b.cache.sgByTags[inst.vpc] = groups
-			b.cache.mu.Unlock()
 			return groups, nil
+		}
+		if len(nodeTags) > 0 {
+			return nil, fmt.Errorf("aws-eni: create interface: security-group-tags %v match no security group in %s", nodeTags, inst.vpc)
 		}
 		b.log.Warn("aws-eni: no security group matches the configured tags; using eth0's", "vpc", inst.vpc)
 	}
@@ -348,6 +338,41 @@ func (b *Backend) securityGroups(ctx context.Context, inst *instance, enis []eni
 		}
 	}
 	return nil, nil
+}
+
+// groupsByTags lists the groups of vpc carrying every one of tags (DescribeSecurityGroups),
+// sorted, cached once found.
+func (b *Backend) groupsByTags(ctx context.Context, vpc string, tags map[string]string) ([]string, error) {
+	key := vpc
+	filters := []types.Filter{{Name: aws.String("vpc-id"), Values: []string{vpc}}}
+	for _, k := range sortedKeys(tags) {
+		filters = append(filters, types.Filter{Name: aws.String("tag:" + k), Values: []string{tags[k]}})
+		key += "|" + k + "=" + tags[k]
+	}
+	b.cache.mu.Lock()
+	cached, ok := b.cache.sgByTags[key]
+	b.cache.mu.Unlock()
+	if ok {
+		return cached, nil
+	}
+	var groups []string
+	p := ec2.NewDescribeSecurityGroupsPaginator(b.api, &ec2.DescribeSecurityGroupsInput{Filters: filters, MaxResults: aws.Int32(1000)})
+	for p.HasMorePages() {
+		out, err := p.NextPage(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("aws-eni: security groups by tags: %w", mapErr(err))
+		}
+		for _, g := range out.SecurityGroups {
+			groups = append(groups, aws.ToString(g.GroupId))
+		}
+	}
+	sort.Strings(groups)
+	if len(groups) > 0 {
+		b.cache.mu.Lock()
+		b.cache.sgByTags[key] = groups
+		b.cache.mu.Unlock()
+	}
+	return groups, nil
 }
 
 // Release implements cloud.CloudBackend with UnassignPrivateIpAddresses. Addresses the

@@ -55,7 +55,7 @@ type cache struct {
 	subnets   map[string]cloud.Subnet
 	syncedAt  time.Time
 	seq       uint64
-	sgByTags  map[string][]string // VPC -> groups matching the configured tags
+	sgByTags  map[string][]string // VPC|tags -> groups carrying the tags
 }
 
 func newCache(api EC2API, vpc string, interval time.Duration, now func() time.Time) *cache {

@@ -1,10 +1,17 @@
 package awseni_test
 
 import (
+	"context"
 	"math/rand"
 	"net/netip"
+	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
 
 	"github.com/allot-ipam/allot/core/eni"
 	awseni "github.com/allot-ipam/allot/plugins/cloud/aws-eni"
@@ -216,3 +223,115 @@ func TestBackendCachesInventory(t *testing.T) {
 	_ = awseni.Name
 	_ = eni.DefaultConfig
 }
+
+// TestCapacityAndExcludedENIOnEC2: a t3.medium (3 ENIs x 6 addresses) carries one ENI
+// tagged for exclusion at device index 1. Its pods ask for more than the instance can hold;
+// the engine stops at the capacity of the two usable ENIs ((3 - 1) x 5) without
+// max-allocate, needs nothing more (no calls bound to fail), and never puts an address on
+// or takes one from the excluded ENI.
+func TestCapacityAndExcludedENIOnEC2(t *testing.T) {
+	h := newHarness(t, setup{
+		subnets: []netip.Prefix{netip.MustParsePrefix("10.1.0.0/20")},
+		types:   []string{"t3.medium"},
+		nodes:   1,
+		ecfg:    func(c *eni.Config) { c.ExcludeInterfaceTags = map[string]string{"allot.io/exclude": "true"} },
+	})
+	ctx := context.Background()
+	api := ec2fake.NewClient(h.url)
+	inst, _ := awseni.InstanceID(h.nodes[0].ref)
+	created, err := api.CreateNetworkInterface(ctx, &ec2.CreateNetworkInterfaceInput{SubnetId: aws.String(h.subnets[0]),
+		SecondaryPrivateIpAddressCount: aws.Int32(2),
+		TagSpecifications: []types.TagSpecification{{ResourceType: types.ResourceTypeNetworkInterface,
+			Tags: []types.Tag{{Key: aws.String("allot.io/exclude"), Value: aws.String("true")}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	excluded := aws.ToString(created.NetworkInterface.NetworkInterfaceId)
+	if _, err := api.AttachNetworkInterface(ctx, &ec2.AttachNetworkInterfaceInput{NetworkInterfaceId: aws.String(excluded),
+		InstanceId: aws.String(inst), DeviceIndex: aws.Int32(1)}); err != nil {
+		t.Fatal(err)
+	}
+	h.nodes[0].want = 10
+	h.converge(20, time.Second, false)
+	st, _ := h.engine.Status(h.nodes[0].ref.Name)
+	if st.Capacity != 10 || st.Available != 10 || st.Needed != 0 || st.Blocked != "" {
+		t.Fatalf("status %+v, want capacity = available = 10, nothing needed", st)
+	}
+	calls := h.mutatingCalls()
+	for i := 0; i < 3; i++ {
+		h.agents()
+		h.engine.Pass(ctx)
+	}
+	if got := h.mutatingCalls(); got != calls {
+		t.Fatalf("a node at capacity still changes EC2: %d calls, was %d", got, calls)
+	}
+	for _, e := range h.fake.InstanceENIs(inst) {
+		if e.ID == excluded && len(e.Secondary) != 2 {
+			t.Fatalf("excluded ENI's addresses changed: %v", e.Secondary)
+		}
+	}
+	for _, a := range h.pools.addrs(h.nodes[0].ref.Name) {
+		for _, e := range h.fake.InstanceENIs(inst) {
+			if e.ID == excluded && slices.Contains(e.Secondary, a) {
+				t.Fatalf("address %s of the excluded ENI is in the pool", a)
+			}
+		}
+	}
+}
+
+// TestPerNodeSubnetsAndSecurityGroups: each node's new ENIs go to its own subnets (by ID or
+// by tags) with its own security groups (by ID or by tags, Cilium's security-group-tags per
+// node), through the real SDK against EC2; a node without settings gets eth0's subnet and
+// groups; tags that match no group make creation fail instead of falling back to eth0's.
+func TestPerNodeSubnetsAndSecurityGroups(t *testing.T) {
+	h := newHarness(t, setup{
+		subnets: []netip.Prefix{netip.MustParsePrefix("10.1.0.0/20"), netip.MustParsePrefix("10.2.0.0/20"), netip.MustParsePrefix("10.3.0.0/20")},
+		types:   []string{"m5.large"},
+		nodes:   4,
+		ecfg:    func(c *eni.Config) { c.FirstInterfaceIndex = 1 },
+	})
+	sgA := h.fake.AddSecurityGroup(ec2fake.SecurityGroup{VPC: h.vpc, Name: "pods-a", Tags: map[string]string{"tier": "pods-a"}})
+	sgA2 := h.fake.AddSecurityGroup(ec2fake.SecurityGroup{VPC: h.vpc, Name: "pods-a2", Tags: map[string]string{"tier": "pods-a"}})
+	sgB := h.fake.AddSecurityGroup(ec2fake.SecurityGroup{VPC: h.vpc, Name: "pods-b"})
+	h.nodes[0].mod = func(s *eni.NodeState) {
+		s.SubnetIDs = []string{h.subnets[1]}
+		s.SecurityGroupTags = map[string]string{"tier": "pods-a"}
+	}
+	h.nodes[1].mod = func(s *eni.NodeState) {
+		s.SubnetTags = map[string]string{"index": "2"}
+		s.SecurityGroups = []string{sgB}
+	}
+	h.nodes[3].mod = func(s *eni.NodeState) { s.SecurityGroupTags = map[string]string{"tier": "nobody"} }
+	// No pods: pre-allocate 8, one new ENI each (eth0 is not used, first-interface-index 1).
+	for i := 0; i < 10; i++ {
+		h.agents()
+		h.engine.Pass(h.ctx)
+	}
+	want := []struct {
+		subnet string
+		groups []string
+	}{{h.subnets[1], sortedStrings(sgA, sgA2)}, {h.subnets[2], []string{sgB}}, {h.subnets[0], nil}}
+	for i, w := range want {
+		inst, _ := awseni.InstanceID(h.nodes[i].ref)
+		enis := h.fake.InstanceENIs(inst)
+		if len(enis) != 2 {
+			t.Fatalf("%s: %d ENIs, want eth0 and one more", h.nodes[i].ref.Name, len(enis))
+		}
+		groups := w.groups
+		if groups == nil {
+			groups = enis[0].SecurityGroups // eth0's
+		}
+		if e := enis[1]; e.Subnet != w.subnet || !slices.Equal(e.SecurityGroups, groups) {
+			t.Errorf("%s: new ENI in %s with groups %v, want %s with %v", h.nodes[i].ref.Name, e.Subnet, e.SecurityGroups, w.subnet, groups)
+		}
+	}
+	inst, _ := awseni.InstanceID(h.nodes[3].ref)
+	if enis := h.fake.InstanceENIs(inst); len(enis) != 1 {
+		t.Fatalf("node with unmatched security-group tags got ENIs: %+v", enis)
+	}
+	if st, _ := h.engine.Status(h.nodes[3].ref.Name); !strings.Contains(st.LastError, "match no security group") {
+		t.Fatalf("unmatched tags: status %+v", st)
+	}
+}
+
+func sortedStrings(s ...string) []string { slices.Sort(s); return s }

@@ -65,8 +65,9 @@ func (p *pools) addrs(node string) []netip.Addr {
 
 type simNode struct {
 	ref  cloud.NodeRef
-	want int          // pods that should run
-	pods []netip.Addr // addresses the node's pods hold
+	mod  func(*eni.NodeState) // per-node overrides (spec.eni), if any
+	want int                  // pods that should run
+	pods []netip.Addr         // addresses the node's pods hold
 }
 
 type harness struct {
@@ -153,7 +154,11 @@ func (h *harness) restart() {
 }
 
 func (h *harness) report(n *simNode) {
-	if err := h.engine.UpsertNode(eni.NodeState{Ref: n.ref, Used: append([]netip.Addr(nil), n.pods...), Pending: max(n.want-len(n.pods), 0)}); err != nil {
+	s := eni.NodeState{Ref: n.ref, Used: append([]netip.Addr(nil), n.pods...), Pending: max(n.want-len(n.pods), 0)}
+	if n.mod != nil {
+		n.mod(&s)
+	}
+	if err := h.engine.UpsertNode(s); err != nil {
 		h.t.Fatal(err)
 	}
 }

@@ -571,8 +571,10 @@ type CreateInterfaceRequest struct {
 	DeleteOnTermination bool                   `protobuf:"varint,7,opt,name=delete_on_termination,json=deleteOnTermination,proto3" json:"delete_on_termination,omitempty"`
 	Family              Family                 `protobuf:"varint,8,opt,name=family,proto3,enum=allot.plugin.v1.Family" json:"family,omitempty"`
 	Count               int32                  `protobuf:"varint,9,opt,name=count,proto3" json:"count,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// Contract 1.1: groups chosen by tags when security_groups is empty.
+	SecurityGroupTags []*StringPair `protobuf:"bytes,10,rep,name=security_group_tags,json=securityGroupTags,proto3" json:"security_group_tags,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *CreateInterfaceRequest) Reset() {
@@ -666,6 +668,13 @@ func (x *CreateInterfaceRequest) GetCount() int32 {
 		return x.Count
 	}
 	return 0
+}
+
+func (x *CreateInterfaceRequest) GetSecurityGroupTags() []*StringPair {
+	if x != nil {
+		return x.SecurityGroupTags
+	}
+	return nil
 }
 
 type ReleaseRequest struct {
@@ -810,7 +819,7 @@ const file_allot_plugin_v1_cloud_proto_rawDesc = "" +
 	"\x05count\x18\x04 \x01(\x05R\x05count\"L\n" +
 	"\x0eAllocateResult\x12\x1c\n" +
 	"\tinterface\x18\x01 \x01(\tR\tinterface\x12\x1c\n" +
-	"\taddresses\x18\x02 \x03(\tR\taddresses\"\xeb\x02\n" +
+	"\taddresses\x18\x02 \x03(\tR\taddresses\"\xb8\x03\n" +
 	"\x16CreateInterfaceRequest\x12,\n" +
 	"\x04node\x18\x01 \x01(\v2\x18.allot.plugin.v1.NodeRefR\x04node\x12\x14\n" +
 	"\x05index\x18\x02 \x01(\x05R\x05index\x12\x16\n" +
@@ -820,7 +829,9 @@ const file_allot_plugin_v1_cloud_proto_rawDesc = "" +
 	"\x04tags\x18\x06 \x03(\v2\x1b.allot.plugin.v1.StringPairR\x04tags\x122\n" +
 	"\x15delete_on_termination\x18\a \x01(\bR\x13deleteOnTermination\x12/\n" +
 	"\x06family\x18\b \x01(\x0e2\x17.allot.plugin.v1.FamilyR\x06family\x12\x14\n" +
-	"\x05count\x18\t \x01(\x05R\x05count\"z\n" +
+	"\x05count\x18\t \x01(\x05R\x05count\x12K\n" +
+	"\x13security_group_tags\x18\n" +
+	" \x03(\v2\x1b.allot.plugin.v1.StringPairR\x11securityGroupTags\"z\n" +
 	"\x0eReleaseRequest\x12,\n" +
 	"\x04node\x18\x01 \x01(\v2\x18.allot.plugin.v1.NodeRefR\x04node\x12\x1c\n" +
 	"\tinterface\x18\x02 \x01(\tR\tinterface\x12\x1c\n" +
@@ -867,12 +878,13 @@ var file_allot_plugin_v1_cloud_proto_depIdxs = []int32{
 	0,  // 8: allot.plugin.v1.CreateInterfaceRequest.node:type_name -> allot.plugin.v1.NodeRef
 	11, // 9: allot.plugin.v1.CreateInterfaceRequest.tags:type_name -> allot.plugin.v1.StringPair
 	12, // 10: allot.plugin.v1.CreateInterfaceRequest.family:type_name -> allot.plugin.v1.Family
-	0,  // 11: allot.plugin.v1.ReleaseRequest.node:type_name -> allot.plugin.v1.NodeRef
-	12, // [12:12] is the sub-list for method output_type
-	12, // [12:12] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	11, // 11: allot.plugin.v1.CreateInterfaceRequest.security_group_tags:type_name -> allot.plugin.v1.StringPair
+	0,  // 12: allot.plugin.v1.ReleaseRequest.node:type_name -> allot.plugin.v1.NodeRef
+	13, // [13:13] is the sub-list for method output_type
+	13, // [13:13] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_allot_plugin_v1_cloud_proto_init() }

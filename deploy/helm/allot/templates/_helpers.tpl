@@ -121,7 +121,16 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- if .Values.autoDirectNodeRoutes -}}
 {{- $caps = append $caps "NET_ADMIN" -}}
 {{- end -}}
+{{- if include "allot.eniHostRouting" . -}}
+{{- /* Routes and rules, and entering pods' namespaces to find their veths. */ -}}
+{{- $caps = concat $caps (list "NET_ADMIN" "SYS_ADMIN") -}}
+{{- end -}}
 {{- toJson (concat $caps .Values.agent.extraCapabilities | uniq) -}}
+{{- end -}}
+
+{{/* ENI host routing (cluster.eni.hostRouting, on by default in ENI mode): "true" or "". */}}
+{{- define "allot.eniHostRouting" -}}
+{{- if and (eq .Values.mode "eni") (ne (toString (dig "hostRouting" true .Values.eni.config)) "false") }}true{{ end -}}
 {{- end -}}
 
 {{/* Environment shared by agent and operator. */}}

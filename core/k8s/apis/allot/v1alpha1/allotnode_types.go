@@ -106,6 +106,11 @@ type NodeENISpec struct {
 	// +kubebuilder:validation:MaxItems=16
 	// +kubebuilder:validation:items:MaxLength=64
 	SecurityGroups []string `json:"securityGroups,omitempty"`
+	// SecurityGroupTags choose the groups of new ENIs by tags when SecurityGroups is empty
+	// (spec.eni.security-group-tags): every group of the VPC carrying all of them.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=32
+	SecurityGroupTags map[string]string `json:"securityGroupTags,omitempty"`
 }
 
 // NodeIPAMSpec is spec.ipam.
