@@ -149,7 +149,13 @@ func New(opts Options) (*Agent, error) {
 	if cfg.UserAgent == "" {
 		cfg.UserAgent = "allotd-agent/" + opts.NodeName
 	}
-	live, err := client.New(cfg, client.Options{Scheme: scheme})
+	// A static mapping of the agent's kinds: building the client and the informer cache must
+	// not need the API server, which may be down when the agent (re)starts (k8s.NodeRESTMapper).
+	mapper, err := k8s.NodeRESTMapper(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("agent: %w", err)
+	}
+	live, err := client.New(cfg, client.Options{Scheme: scheme, Mapper: mapper})
 	if err != nil {
 		return nil, fmt.Errorf("agent: client: %w", err)
 	}
@@ -167,6 +173,7 @@ func New(opts Options) (*Agent, error) {
 	}
 	c, err := cache.New(rest.CopyConfig(opts.RESTConfig), cache.Options{
 		Scheme:           scheme,
+		Mapper:           mapper,
 		ByObject:         byObject,
 		DefaultTransform: cache.TransformStripManagedFields(),
 		// A read of a type without an informer fails instead of starting one silently.
