@@ -42,6 +42,7 @@ import (
 	"github.com/allot-ipam/allot/core/k8s"
 	"github.com/allot-ipam/allot/core/k8s/apis/allot/v1alpha1"
 	"github.com/allot-ipam/allot/core/sharedpool"
+	"github.com/allot-ipam/allot/core/store"
 	"github.com/allot-ipam/allot/sdk/policy"
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
@@ -83,6 +84,12 @@ type Options struct {
 	ENI *ENIOptions
 	// Shared, if set, serves shared-pool networks too (shared.go).
 	Shared *SharedOptions
+	// PodCIDRs, if set, turns on kubernetes mode: the node's pool is its Node's
+	// spec.podCIDRs (podcidrs.go) instead of AllotNode blocks.
+	PodCIDRs *PodCIDROptions
+	// Store, if set, keeps the node's blocks so that a restart while the API server is
+	// unreachable serves from them (local.go).
+	Store *store.Store
 }
 
 // Agent is the node agent.
@@ -96,6 +103,9 @@ type Agent struct {
 
 	synced  atomic.Bool
 	reclaim chan struct{}
+	// restored: the pools were restored from the node store (Restore); reconciled: a sync
+	// has since made them the node's blocks as the API server has them (local.go).
+	restored, reconciled atomic.Bool
 	// nodeRead is closed once the node's blocks from its AllotNode are in the manager.
 	nodeRead     chan struct{}
 	nodeReadOnce sync.Once
@@ -109,6 +119,9 @@ type Agent struct {
 	stale map[api.Owner]time.Time
 	// problems to report in logs once, by text.
 	reported map[string]bool
+	// saved are the blocks last written to the node store (savedOnce: since start).
+	saved     []store.Block
+	savedOnce bool
 
 	metrics *metrics
 	shared  *sharedpool.Allocator
@@ -230,7 +243,12 @@ func (a *Agent) Run(ctx context.Context, m *ipam.Manager) error {
 			DeleteFunc: func(any) { a.loop.Trigger() },
 		}
 		switch obj.(type) {
-		case *corev1.Namespace, *corev1.Node:
+		case *corev1.Node:
+			if a.opts.PodCIDRs == nil {
+				continue // read at ADD time only
+			}
+			// kubernetes mode: the Node's pod CIDRs are the node's blocks.
+		case *corev1.Namespace:
 			continue // read at ADD time only
 		case *corev1.Pod:
 			h = toolscache.ResourceEventHandlerFuncs{DeleteFunc: func(any) { a.kickReclaim() }}
@@ -287,6 +305,9 @@ func (a *Agent) PodContext(ctx context.Context, req *policy.PodRequest) error {
 			if apierrors.IsNotFound(err) {
 				return api.Errorf(api.CodeNotFound, "pod %s not found in the API server", key)
 			}
+			if a.ServingLocal() {
+				return a.decideOffline(key, err)
+			}
 			return api.Errorf(api.CodeUnavailable, "pod %s: not in the informer cache and the API server did not answer: %v", key, err)
 		}
 	}
@@ -305,6 +326,9 @@ func (a *Agent) PodContext(ctx context.Context, req *policy.PodRequest) error {
 	nsKey := types.NamespacedName{Name: req.Pod.Namespace}
 	if err := a.cachedGet(ctx, nsKey, &ns); err != nil {
 		if err := a.liveGet(ctx, nsKey, &ns); err != nil {
+			if a.ServingLocal() {
+				return a.decideOffline(nsKey, err)
+			}
 			// Deciding without the namespace's annotations could pick the wrong pool for
 			// good (the annotation counts only at creation): fail, the runtime retries.
 			return api.Errorf(api.CodeUnavailable, "namespace %s: not in the informer cache and the API server did not answer: %v", req.Pod.Namespace, err)
@@ -312,6 +336,20 @@ func (a *Agent) PodContext(ctx context.Context, req *policy.PodRequest) error {
 	}
 	req.Namespace.Labels = ns.Labels
 	req.Namespace.Annotations = ns.Annotations
+	return nil
+}
+
+// decideOffline lets an ADD go on without the pod's or namespace's metadata while the agent
+// serves from the node store and the API server does not answer: the policy decides on the
+// request alone (with the default chain, the pool "default"). Refusing would leave every pod
+// of the node without a network for the whole outage; the price is that a pod whose pool
+// comes from an annotation gets the default pool, which is logged and counted
+// (allot_agent_offline_decisions_total). In kubernetes mode the node has one pool and
+// nothing is lost.
+func (a *Agent) decideOffline(key types.NamespacedName, cause error) error {
+	a.metrics.offline.Inc()
+	a.log.Warn("API server unreachable and serving from the node store: deciding without the pod's annotations and labels",
+		"object", key.String(), "err", cause)
 	return nil
 }
 
@@ -343,10 +381,21 @@ func (a *Agent) sync(ctx context.Context) (time.Time, error) {
 	if a.opts.ENI != nil {
 		return time.Time{}, a.syncENI(ctx)
 	}
+	if a.opts.PodCIDRs != nil {
+		return time.Time{}, a.syncPodCIDRs(ctx, m)
+	}
 
 	node := &v1alpha1.AllotNode{}
 	err := a.cache.Get(ctx, types.NamespacedName{Name: a.opts.NodeName}, node)
 	if apierrors.IsNotFound(err) {
+		// No AllotNode: no block is the node's. Blocks restored from the node store (an
+		// AllotNode deleted during an outage) leave the pools before anything more is
+		// handed out from them.
+		a.syncBlocks(node, m)
+		if err := a.saveBlocks(ctx, m); err != nil {
+			return time.Time{}, err
+		}
+		a.reconcileDone(m)
 		return time.Time{}, a.createNode(ctx, m)
 	}
 	if err != nil {
@@ -355,6 +404,10 @@ func (a *Agent) sync(ctx context.Context) (time.Time, error) {
 
 	pools := a.clusterPools(ctx, m)
 	a.syncBlocks(node, m)
+	if err := a.saveBlocks(ctx, m); err != nil {
+		return time.Time{}, err
+	}
+	a.reconcileDone(m)
 	a.markNodeRead()
 
 	// Releases: blocks nobody uses that the demand does not need, once they stayed so for
@@ -444,6 +497,13 @@ func (a *Agent) syncBlocks(node *v1alpha1.AllotNode, m *ipam.Manager) {
 	for _, b := range bad {
 		a.reportOnce("bad block "+b, "spec.ipam.pools.allocated holds an entry that is not a masked CIDR; ignored", "entry", b)
 	}
+	a.applyBlocks(blocks, m)
+}
+
+// applyBlocks makes the local pools hold exactly blocks (see syncBlocks). A block in use
+// that is no longer the node's is dropped (ipam.Manager.DropCIDR): its holders keep their
+// addresses, nothing more is handed out from it, and it is reported (local.go).
+func (a *Agent) applyBlocks(blocks []blockKey, m *ipam.Manager) {
 	inAPI := make(map[blockKey]bool, len(blocks))
 	a.mu.Lock()
 	for _, k := range blocks {
@@ -475,8 +535,20 @@ func (a *Agent) syncBlocks(node *v1alpha1.AllotNode, m *ipam.Manager) {
 			if inAPI[k] {
 				continue
 			}
-			if err := m.RemoveCIDR(k.pool, k.cidr); err != nil {
-				a.reportOnce("lost "+k.pool+k.cidr.String(), "a block in use left the node object; kept until its addresses are released", "pool", k.pool, "cidr", k.cidr, "err", err)
+			err := m.RemoveCIDR(k.pool, k.cidr)
+			if errors.Is(err, ipam.ErrBlockInUse) {
+				held, derr := m.DropCIDR(k.pool, k.cidr)
+				if derr != nil {
+					a.reportOnce("lost "+k.pool+k.cidr.String(), "a block in use is no longer the node's and could not be dropped", "pool", k.pool, "cidr", k.cidr, "err", derr)
+					continue
+				}
+				a.metrics.dropped.Inc()
+				a.log.Error("a block in use is no longer the node's: nothing more is handed out from it; its pods keep their addresses until their DEL",
+					"pool", k.pool, "cidr", k.cidr, "held", fmt.Sprint(held))
+				continue
+			}
+			if err != nil {
+				a.reportOnce("lost "+k.pool+k.cidr.String(), "a block that is no longer the node's could not be removed", "pool", k.pool, "cidr", k.cidr, "err", err)
 			}
 		}
 	}

@@ -15,7 +15,7 @@ type op struct {
 	del        bool
 	// bucket is where key lives: nil means the records bucket (the node state is in meta).
 	bucket []byte
-	result     chan error // buffered (1): the committer never blocks on a caller that left
+	result chan error // buffered (1): the committer never blocks on a caller that left
 }
 
 // submit enqueues o and waits until the transaction that carries it has
