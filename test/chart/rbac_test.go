@@ -244,6 +244,30 @@ func TestLiveClusterCIDR(t *testing.T) {
 		}
 		return cfg.Status.AllocatedBlocks == 1, fmt.Sprintf("%+v", cfg.Status)
 	})
+	// The chart's agent, as its ServiceAccount, serves a pod of node-b from node-b's pod CIDR.
+	var nb corev1.Node
+	if err := l.c.Get(ctx, client.ObjectKey{Name: "node-b"}, &nb); err != nil {
+		t.Fatal(err)
+	}
+	agCfg, _ := l.agentConfig(l.saKubeconfig("allot-agent"))
+	ag := l.startAllotd("agent", agCfg, "NODE_NAME=node-b", "POD_NAME="+l.agentPod("node-b"), "POD_NAMESPACE="+Namespace)
+	cli := apiclient.New(agCfg["socket"].(string))
+	defer cli.Close()
+	p := l.pod("default", "app-1", "node-b", nil)
+	actx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	a, err := cli.Allocate(actx, &api.AllocateRequest{Owner: api.Owner{ContainerID: "ctr-app-1", IfName: "eth0"}, Network: "allot",
+		Pod: api.PodRef{Namespace: "default", Name: "app-1", UID: string(p.UID)}})
+	if err != nil {
+		t.Fatalf("ADD in clustercidr mode: %v", err)
+	}
+	if podCIDR := netip.MustParsePrefix(nb.Spec.PodCIDRs[0]); len(a.IPs) != 1 || !podCIDR.Contains(netip.MustParsePrefix(a.IPs[0].Address).Addr()) ||
+		a.IPs[0].Gateway != podCIDR.Addr().Next().String() {
+		t.Fatalf("ADD in clustercidr mode: %+v, want an address of node-b's pod CIDR %s with its first address as gateway", a.IPs, podCIDR)
+	}
+	if err := ag.stop(30 * time.Second); err != nil {
+		t.Errorf("agent stop: %v", err)
+	}
 	if err := op.stop(30 * time.Second); err != nil {
 		t.Errorf("operator stop: %v", err)
 	}
