@@ -20,9 +20,11 @@
 //   - publishes its usage in status.ipam;
 //   - reclaims addresses of pods that no longer exist (reclaim.go).
 //
-// The API server may go away at any time: informers reconnect by themselves, writes are
-// retried with backoff, and CNI requests for pools whose blocks the node already holds are
-// served from local state meanwhile.
+// The API server may go away at any time, and be away when the agent starts: informers
+// reconnect by themselves, writes are retried with backoff, and CNI requests for pools whose
+// blocks the node already holds are served from local state meanwhile, after a restart from
+// the blocks the node store kept (local.go). With PodCIDRs set the node's pool is its Node's
+// spec.podCIDRs instead of AllotNode blocks (podcidrs.go).
 package agent
 
 import (
