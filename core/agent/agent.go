@@ -105,9 +105,10 @@ type Agent struct {
 
 	synced  atomic.Bool
 	reclaim chan struct{}
-	// restored: the pools were restored from the node store (Restore); reconciled: a sync
-	// has since made them the node's blocks as the API server has them (local.go).
-	restored, reconciled atomic.Bool
+	// restored: the pools were restored from the node store (Restore); local: they are
+	// served, the API server being unreachable; reconciled: a sync has since made them the
+	// node's blocks as the API server has them (local.go).
+	restored, local, reconciled atomic.Bool
 	// nodeRead is closed once the node's blocks from its AllotNode are in the manager.
 	nodeRead     chan struct{}
 	nodeReadOnce sync.Once
@@ -264,6 +265,7 @@ func (a *Agent) Run(ctx context.Context, m *ipam.Manager) error {
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- a.cache.Start(ctx) }()
+	go a.serveLocalWhileUnreachable(ctx)
 	a.log.Info("agent starting; waiting for the informer caches", "node", a.opts.NodeName)
 	if !a.cache.WaitForCacheSync(ctx) {
 		select {
@@ -439,6 +441,11 @@ func (a *Agent) sync(ctx context.Context) (time.Time, error) {
 	}
 	if len(due) > 0 {
 		ds = computeDemand(m.Usage(), pools, a.opts.PreAllocation)
+		// The node store forgets released blocks before the node object does: a restart
+		// while the API server is down must not serve a block another node may hold next.
+		if err := a.saveBlocks(ctx, m); err != nil {
+			return next, err
+		}
 	}
 	want := requestedOf(ds)
 

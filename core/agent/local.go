@@ -2,13 +2,20 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/allot-ipam/allot/core/ipam"
+	"github.com/allot-ipam/allot/core/k8s/apis/allot/v1alpha1"
 	"github.com/allot-ipam/allot/core/store"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // Serving from the node store while the API server is unreachable.
@@ -19,7 +26,10 @@ import (
 // agent upgrade while the API server restarts) puts those blocks back into its pools before
 // it serves (Restore), so CNI ADD is answered from them and DEL from the records at once;
 // informers and writes keep retrying in the background (client-go's reflector backoff, the
-// sync loop's backoff). The daemon reports ready then, and says it serves from local state
+// sync loop's backoff). The restored blocks are served only while the API server does not
+// answer (serveLocalWhileUnreachable): when it answers, ADDs wait for the first sync, as
+// without a node store, so that a block taken away while the agent was stopped is never
+// handed out. The daemon reports ready then, and says it serves from local state
 // (core/daemon, /readyz).
 //
 // The blocks of the node store are the node's as far as the agent knows; the operator may
@@ -50,8 +60,9 @@ func (a *Agent) source() string {
 }
 
 // Restore puts the blocks of the node store into m's pools, before the daemon serves. It
-// returns whether it did: then the manager's pools are known (NodeRead is closed) and ADDs
-// are answered from them until the first sync with the API server reconciles. Without a
+// returns whether it did: then, as soon as the API server is found unreachable, the manager's
+// pools count as known (NodeRead is closed) and ADDs are answered from them until the first
+// sync with the API server reconciles (Run). Without a
 // store, in ENI mode (its addresses are cloud state the operator republishes) or with no
 // saved state of this node in this mode, it does nothing and ADDs wait for the API server.
 func (a *Agent) Restore(ctx context.Context, m *ipam.Manager) (bool, error) {
@@ -84,15 +95,59 @@ func (a *Agent) Restore(ctx context.Context, m *ipam.Manager) (bool, error) {
 	a.saved = st.Blocks
 	a.mu.Unlock()
 	a.restored.Store(true)
-	a.metrics.localState.Set(1)
-	a.markNodeRead()
-	a.log.Info("serving from the node store until the API server answers", "blocks", strings.Join(added, " "), "read_at", st.Saved)
+	a.log.Info("blocks restored from the node store; served if the API server does not answer", "blocks", strings.Join(added, " "), "read_at", st.Saved)
 	return true, nil
 }
 
 // ServingLocal reports whether the agent serves from blocks restored from the node store
-// and has not reconciled them with the API server yet.
-func (a *Agent) ServingLocal() bool { return a.restored.Load() && !a.reconciled.Load() }
+// (the API server did not answer) and has not reconciled them with the API server yet.
+func (a *Agent) ServingLocal() bool { return a.local.Load() && !a.reconciled.Load() }
+
+// serveLocalWhileUnreachable runs until the first sync: each probe that finds the API server
+// unreachable (no answer at all, as opposed to any answer, errors included) lets ADDs be
+// served from the restored blocks. While the API server answers, the first sync decides,
+// which is the only way to learn of a block taken away while the agent was stopped.
+func (a *Agent) serveLocalWhileUnreachable(ctx context.Context) {
+	if !a.restored.Load() {
+		return
+	}
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for !a.reconciled.Load() {
+		if err := a.probe(ctx); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			a.metrics.localState.Set(1)
+			a.local.Store(true)
+			a.markNodeRead()
+			a.log.Warn("API server unreachable: serving from the blocks of the node store until it answers", "err", err)
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// probe reads the node's AllotNode (Node in kubernetes mode) from the API server: nil when the
+// API server answered, whatever the answer.
+func (a *Agent) probe(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	var obj client.Object = &v1alpha1.AllotNode{}
+	if a.opts.PodCIDRs != nil {
+		obj = &corev1.Node{}
+	}
+	err := a.live.Get(ctx, types.NamespacedName{Name: a.opts.NodeName}, obj)
+	var st apierrors.APIStatus
+	if err == nil || errors.As(err, &st) {
+		return nil
+	}
+	return err
+}
 
 // blocksOf are the blocks m holds, in order.
 func blocksOf(m *ipam.Manager) []store.Block {
@@ -144,7 +199,7 @@ func (a *Agent) reconcileDone(m *ipam.Manager) {
 			"address held outside the node's blocks (its block is no longer the node's): kept until its owner's DEL, nothing more is handed out from that block",
 			"addr", o.Addr, "owner", o.Owner.String())
 	}
-	if !a.reconciled.Swap(true) && a.restored.Load() {
+	if !a.reconciled.Swap(true) && a.local.Load() {
 		a.metrics.localState.Set(0)
 		a.log.Info("reconciled with the API server; no longer serving from the node store alone", "orphaned_addresses", len(orphans))
 	}

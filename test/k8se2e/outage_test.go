@@ -3,9 +3,12 @@ package k8se2e
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -99,7 +102,15 @@ func TestAgentStartsWithoutAPIServer(t *testing.T) {
 	}
 	stopOp := startOperator(t, env, operator.Options{})
 	cl := &cluster{t: t, env: env, c: c}
-	n := newNode(t, "node-1", kubeconfig)
+	cfg := agentConfig(t, "node-1", kubeconfig)
+	cfg.HTTP.Address = "127.0.0.1:0" // /readyz
+	cfg.Cluster.PendingTimeout = 6 * time.Second
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	n := &node{t: t, name: "node-1", cfg: &cfg}
+	n.start()
+	t.Cleanup(n.stop)
 	cl.nodes = []*node{n}
 	eventually(t, "node-1's default blocks", 30*time.Second, func() (bool, string) {
 		an := cl.allotNode("node-1")
@@ -123,8 +134,12 @@ func TestAgentStartsWithoutAPIServer(t *testing.T) {
 		n.stop()
 		env.StopAPIServer()
 		n.start() // used to fail: the informer cache asked the API server for its kinds
-		if !n.d.Agent().ServingLocal() {
-			t.Fatal("agent restarted without the API server does not serve from its node store")
+		eventually(t, "the agent serves from its node store", 10*time.Second, func() (bool, string) {
+			return n.d.Agent().ServingLocal(), "not serving from local state"
+		})
+		// Ready, and saying why: CNI works, from local state.
+		if code, body := readyz(t, n); code != http.StatusOK || !strings.Contains(body, "serving from the node store") {
+			t.Fatalf("/readyz with the API server down: %d %q", code, body)
 		}
 		// DEL of something it allocated before the restart.
 		if err := n.del(ctx, pods[0]); err != nil {
@@ -158,6 +173,9 @@ func TestAgentStartsWithoutAPIServer(t *testing.T) {
 		eventually(t, "the agent reconciled", 60*time.Second, func() (bool, string) {
 			return !n.d.Agent().ServingLocal(), "still serving from local state"
 		})
+		if code, body := readyz(t, n); code != http.StatusOK || strings.Contains(body, "node store") {
+			t.Fatalf("/readyz after the reconcile: %d %q", code, body)
+		}
 		h := holdings(t, n)
 		if _, ok := h["p0"]; ok || len(h) != 4 {
 			t.Fatalf("allocations after the outage: %v (want p1-p4)", h)
@@ -180,27 +198,16 @@ func TestAgentStartsWithoutAPIServer(t *testing.T) {
 		// the node's IPv4 block is taken out of its AllotNode while pods hold addresses of it.
 		stopOp()
 		n.stop()
-		var lost netip.Prefix
-		err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
-			an := cl.allotNode("node-1")
-			for i, pa := range an.Spec.IPAM.Pools.Allocated {
-				var keep []string
-				for _, s := range pa.CIDRs {
-					if p := netip.MustParsePrefix(s); p.Addr().Is4() {
-						lost = p
-						continue
-					}
-					keep = append(keep, s)
-				}
-				an.Spec.IPAM.Pools.Allocated[i].CIDRs = keep
-			}
-			return c.Update(ctx, an)
-		})
-		if err != nil || !lost.IsValid() {
-			t.Fatalf("taking the IPv4 block away: %v (%s)", err, lost)
+		lostBlocks := takeBlockAway(t, cl, true)
+		if len(lostBlocks) != 1 {
+			t.Fatalf("node-1 had IPv4 blocks %v, want one", lostBlocks)
 		}
+		lost := lostBlocks[0]
 		env.StopAPIServer()
 		n.start()
+		eventually(t, "the agent serves from its node store", 10*time.Second, func() (bool, string) {
+			return n.d.Agent().ServingLocal(), "not serving from local state"
+		})
 		// Offline, the agent still believes the block is the node's: it serves p5 from it.
 		a5, err := n.add(ctx, pods[5])
 		if err != nil {
@@ -256,7 +263,7 @@ func TestAgentStartsWithoutAPIServer(t *testing.T) {
 			t.Fatalf("orphans after every DEL: %+v", o)
 		}
 		// With the operator back the node gets a new IPv4 block and serves again.
-		startOperator(t, env, operator.Options{})
+		stopOp = startOperator(t, env, operator.Options{})
 		a, err := n.add(ctx, extra)
 		if err != nil {
 			t.Fatalf("ADD with the operator back: %v", err)
@@ -265,6 +272,62 @@ func TestAgentStartsWithoutAPIServer(t *testing.T) {
 		cl.checkInvariants(ctx)
 		t.Logf("after the lost block %s: %v", lost, addrsOf(a))
 	})
+
+	t.Run("a block taken away while the agent was stopped is not served when the API server answers", func(t *testing.T) {
+		stopOp()
+		n.stop()
+		lost := takeBlockAway(t, cl, true)
+		n.start() // the API server is up: the restored blocks wait for the first sync
+		late := cl.pod("plain", "late", n, nil)
+		if a, err := n.add(ctx, late); err == nil {
+			t.Fatalf("ADD right after a restart got %v, though the node's IPv4 blocks %v were taken away", addrsOf(a), lost)
+		}
+		if n.d.Agent().ServingLocal() {
+			t.Fatal("serving from the node store although the API server answers")
+		}
+		if o := n.d.Manager().Orphans(); len(o) != 1 || !slices.ContainsFunc(lost, func(b netip.Prefix) bool { return b.Contains(o[0].Addr) }) {
+			t.Fatalf("orphans %+v, want the one IPv4 address of pod extra, in %v", o, lost)
+		}
+		noDuplicates(t, holdings(t, n))
+	})
+}
+
+// takeBlockAway removes node-1's blocks of one family from its AllotNode and returns them.
+func takeBlockAway(t *testing.T, cl *cluster, v4 bool) []netip.Prefix {
+	t.Helper()
+	var lost []netip.Prefix
+	err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+		lost = lost[:0]
+		an := cl.allotNode("node-1")
+		for i, pa := range an.Spec.IPAM.Pools.Allocated {
+			var keep []string
+			for _, s := range pa.CIDRs {
+				if p := netip.MustParsePrefix(s); p.Addr().Is4() == v4 {
+					lost = append(lost, p)
+					continue
+				}
+				keep = append(keep, s)
+			}
+			an.Spec.IPAM.Pools.Allocated[i].CIDRs = keep
+		}
+		return cl.c.Update(context.Background(), an)
+	})
+	if err != nil || len(lost) == 0 {
+		t.Fatalf("taking blocks away: %v (%v)", err, lost)
+	}
+	return lost
+}
+
+// readyz is the agent's /readyz answer.
+func readyz(t *testing.T, n *node) (int, string) {
+	t.Helper()
+	resp, err := http.Get("http://" + n.d.HTTPAddr() + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
 }
 
 func addrsOf(a *api.Allocation) []string {
