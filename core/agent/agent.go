@@ -280,10 +280,34 @@ func (a *Agent) Run(ctx context.Context, m *ipam.Manager) error {
 
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go func() { defer wg.Done(); a.loop.run(ctx, a.sync) }()
+	go func() { defer wg.Done(); a.loop.run(ctx, a.loggedSync()) }()
 	go func() { defer wg.Done(); a.reclaimLoop(ctx) }()
 	wg.Wait()
 	return nil
+}
+
+// loggedSync is sync with its failures logged: the loop retries them with backoff, and an
+// agent whose node object cannot be written (API server away, RBAC) must say so. A failure is
+// logged at Warn when its text changes, at Debug while it repeats.
+func (a *Agent) loggedSync() func(context.Context) (time.Time, error) {
+	var last string
+	return func(ctx context.Context) (time.Time, error) {
+		next, err := a.sync(ctx)
+		switch {
+		case err == nil:
+			if last != "" {
+				a.log.Info("node sync succeeds again")
+			}
+			last = ""
+		case ctx.Err() != nil:
+		case err.Error() != last:
+			last = err.Error()
+			a.log.Warn("node sync failed; retrying with backoff", "err", err)
+		default:
+			a.log.Debug("node sync failed again", "err", err)
+		}
+		return next, err
+	}
 }
 
 // PodContext completes a policy request with the pod, its namespace and the node, from the

@@ -261,9 +261,22 @@ func TestLiveClusterCIDR(t *testing.T) {
 	if err != nil {
 		t.Fatalf("ADD in clustercidr mode: %v", err)
 	}
-	if podCIDR := netip.MustParsePrefix(nb.Spec.PodCIDRs[0]); len(a.IPs) != 1 || !podCIDR.Contains(netip.MustParsePrefix(a.IPs[0].Address).Addr()) ||
-		a.IPs[0].Gateway != podCIDR.Addr().Next().String() {
-		t.Fatalf("ADD in clustercidr mode: %+v, want an address of node-b's pod CIDR %s with its first address as gateway", a.IPs, podCIDR)
+	// One address per family, each from node-b's pod CIDR of that family, whose first address
+	// is the gateway.
+	if len(a.IPs) != len(nb.Spec.PodCIDRs) {
+		t.Fatalf("ADD in clustercidr mode: %+v, want one address per pod CIDR of node-b %v", a.IPs, nb.Spec.PodCIDRs)
+	}
+	for _, ip := range a.IPs {
+		addr := netip.MustParsePrefix(ip.Address).Addr()
+		var podCIDR netip.Prefix
+		for _, s := range nb.Spec.PodCIDRs {
+			if c := netip.MustParsePrefix(s); c.Addr().Is4() == addr.Is4() {
+				podCIDR = c
+			}
+		}
+		if !podCIDR.Contains(addr) || ip.Gateway != podCIDR.Addr().Next().String() {
+			t.Fatalf("ADD in clustercidr mode: %+v, want addresses of node-b's pod CIDRs %v with their first address as gateway", a.IPs, nb.Spec.PodCIDRs)
+		}
 	}
 	if err := ag.stop(30 * time.Second); err != nil {
 		t.Errorf("agent stop: %v", err)
