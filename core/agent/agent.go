@@ -20,9 +20,11 @@
 //   - publishes its usage in status.ipam;
 //   - reclaims addresses of pods that no longer exist (reclaim.go).
 //
-// The API server may go away at any time: informers reconnect by themselves, writes are
-// retried with backoff, and CNI requests for pools whose blocks the node already holds are
-// served from local state meanwhile.
+// The API server may go away at any time, and be away when the agent starts: informers
+// reconnect by themselves, writes are retried with backoff, and CNI requests for pools whose
+// blocks the node already holds are served from local state meanwhile, after a restart from
+// the blocks the node store kept (local.go). With PodCIDRs set the node's pool is its Node's
+// spec.podCIDRs instead of AllotNode blocks (podcidrs.go).
 package agent
 
 import (
@@ -42,6 +44,7 @@ import (
 	"github.com/allot-ipam/allot/core/k8s"
 	"github.com/allot-ipam/allot/core/k8s/apis/allot/v1alpha1"
 	"github.com/allot-ipam/allot/core/sharedpool"
+	"github.com/allot-ipam/allot/core/store"
 	"github.com/allot-ipam/allot/sdk/policy"
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
@@ -83,6 +86,12 @@ type Options struct {
 	ENI *ENIOptions
 	// Shared, if set, serves shared-pool networks too (shared.go).
 	Shared *SharedOptions
+	// PodCIDRs, if set, turns on kubernetes mode: the node's pool is its Node's
+	// spec.podCIDRs (podcidrs.go) instead of AllotNode blocks.
+	PodCIDRs *PodCIDROptions
+	// Store, if set, keeps the node's blocks so that a restart while the API server is
+	// unreachable serves from them (local.go).
+	Store *store.Store
 }
 
 // Agent is the node agent.
@@ -96,6 +105,10 @@ type Agent struct {
 
 	synced  atomic.Bool
 	reclaim chan struct{}
+	// restored: the pools were restored from the node store (Restore); local: they are
+	// served, the API server being unreachable; reconciled: a sync has since made them the
+	// node's blocks as the API server has them (local.go).
+	restored, local, reconciled atomic.Bool
 	// nodeRead is closed once the node's blocks from its AllotNode are in the manager.
 	nodeRead     chan struct{}
 	nodeReadOnce sync.Once
@@ -109,6 +122,9 @@ type Agent struct {
 	stale map[api.Owner]time.Time
 	// problems to report in logs once, by text.
 	reported map[string]bool
+	// saved are the blocks last written to the node store (savedOnce: since start).
+	saved     []store.Block
+	savedOnce bool
 
 	metrics *metrics
 	shared  *sharedpool.Allocator
@@ -149,7 +165,13 @@ func New(opts Options) (*Agent, error) {
 	if cfg.UserAgent == "" {
 		cfg.UserAgent = "allotd-agent/" + opts.NodeName
 	}
-	live, err := client.New(cfg, client.Options{Scheme: scheme})
+	// A static mapping of the agent's kinds: building the client and the informer cache must
+	// not need the API server, which may be down when the agent (re)starts (k8s.NodeRESTMapper).
+	mapper, err := k8s.NodeRESTMapper(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("agent: %w", err)
+	}
+	live, err := client.New(cfg, client.Options{Scheme: scheme, Mapper: mapper})
 	if err != nil {
 		return nil, fmt.Errorf("agent: client: %w", err)
 	}
@@ -167,6 +189,7 @@ func New(opts Options) (*Agent, error) {
 	}
 	c, err := cache.New(rest.CopyConfig(opts.RESTConfig), cache.Options{
 		Scheme:           scheme,
+		Mapper:           mapper,
 		ByObject:         byObject,
 		DefaultTransform: cache.TransformStripManagedFields(),
 		// A read of a type without an informer fails instead of starting one silently.
@@ -223,7 +246,12 @@ func (a *Agent) Run(ctx context.Context, m *ipam.Manager) error {
 			DeleteFunc: func(any) { a.loop.Trigger() },
 		}
 		switch obj.(type) {
-		case *corev1.Namespace, *corev1.Node:
+		case *corev1.Node:
+			if a.opts.PodCIDRs == nil {
+				continue // read at ADD time only
+			}
+			// kubernetes mode: the Node's pod CIDRs are the node's blocks.
+		case *corev1.Namespace:
 			continue // read at ADD time only
 		case *corev1.Pod:
 			h = toolscache.ResourceEventHandlerFuncs{DeleteFunc: func(any) { a.kickReclaim() }}
@@ -237,6 +265,7 @@ func (a *Agent) Run(ctx context.Context, m *ipam.Manager) error {
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- a.cache.Start(ctx) }()
+	go a.serveLocalWhileUnreachable(ctx)
 	a.log.Info("agent starting; waiting for the informer caches", "node", a.opts.NodeName)
 	if !a.cache.WaitForCacheSync(ctx) {
 		select {
@@ -251,10 +280,34 @@ func (a *Agent) Run(ctx context.Context, m *ipam.Manager) error {
 
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go func() { defer wg.Done(); a.loop.run(ctx, a.sync) }()
+	go func() { defer wg.Done(); a.loop.run(ctx, a.loggedSync()) }()
 	go func() { defer wg.Done(); a.reclaimLoop(ctx) }()
 	wg.Wait()
 	return nil
+}
+
+// loggedSync is sync with its failures logged: the loop retries them with backoff, and an
+// agent whose node object cannot be written (API server away, RBAC) must say so. A failure is
+// logged at Warn when its text changes, at Debug while it repeats.
+func (a *Agent) loggedSync() func(context.Context) (time.Time, error) {
+	var last string
+	return func(ctx context.Context) (time.Time, error) {
+		next, err := a.sync(ctx)
+		switch {
+		case err == nil:
+			if last != "" {
+				a.log.Info("node sync succeeds again")
+			}
+			last = ""
+		case ctx.Err() != nil:
+		case err.Error() != last:
+			last = err.Error()
+			a.log.Warn("node sync failed; retrying with backoff", "err", err)
+		default:
+			a.log.Debug("node sync failed again", "err", err)
+		}
+		return next, err
+	}
 }
 
 // PodContext completes a policy request with the pod, its namespace and the node, from the
@@ -280,6 +333,9 @@ func (a *Agent) PodContext(ctx context.Context, req *policy.PodRequest) error {
 			if apierrors.IsNotFound(err) {
 				return api.Errorf(api.CodeNotFound, "pod %s not found in the API server", key)
 			}
+			if a.ServingLocal() {
+				return a.decideOffline(key, err)
+			}
 			return api.Errorf(api.CodeUnavailable, "pod %s: not in the informer cache and the API server did not answer: %v", key, err)
 		}
 	}
@@ -298,6 +354,9 @@ func (a *Agent) PodContext(ctx context.Context, req *policy.PodRequest) error {
 	nsKey := types.NamespacedName{Name: req.Pod.Namespace}
 	if err := a.cachedGet(ctx, nsKey, &ns); err != nil {
 		if err := a.liveGet(ctx, nsKey, &ns); err != nil {
+			if a.ServingLocal() {
+				return a.decideOffline(nsKey, err)
+			}
 			// Deciding without the namespace's annotations could pick the wrong pool for
 			// good (the annotation counts only at creation): fail, the runtime retries.
 			return api.Errorf(api.CodeUnavailable, "namespace %s: not in the informer cache and the API server did not answer: %v", req.Pod.Namespace, err)
@@ -305,6 +364,20 @@ func (a *Agent) PodContext(ctx context.Context, req *policy.PodRequest) error {
 	}
 	req.Namespace.Labels = ns.Labels
 	req.Namespace.Annotations = ns.Annotations
+	return nil
+}
+
+// decideOffline lets an ADD go on without the pod's or namespace's metadata while the agent
+// serves from the node store and the API server does not answer: the policy decides on the
+// request alone (with the default chain, the pool "default"). Refusing would leave every pod
+// of the node without a network for the whole outage; the price is that a pod whose pool
+// comes from an annotation gets the default pool, which is logged and counted
+// (allot_agent_offline_decisions_total). In kubernetes mode the node has one pool and
+// nothing is lost.
+func (a *Agent) decideOffline(key types.NamespacedName, cause error) error {
+	a.metrics.offline.Inc()
+	a.log.Warn("API server unreachable and serving from the node store: deciding without the pod's annotations and labels",
+		"object", key.String(), "err", cause)
 	return nil
 }
 
@@ -336,10 +409,21 @@ func (a *Agent) sync(ctx context.Context) (time.Time, error) {
 	if a.opts.ENI != nil {
 		return time.Time{}, a.syncENI(ctx)
 	}
+	if a.opts.PodCIDRs != nil {
+		return time.Time{}, a.syncPodCIDRs(ctx, m)
+	}
 
 	node := &v1alpha1.AllotNode{}
 	err := a.cache.Get(ctx, types.NamespacedName{Name: a.opts.NodeName}, node)
 	if apierrors.IsNotFound(err) {
+		// No AllotNode: no block is the node's. Blocks restored from the node store (an
+		// AllotNode deleted during an outage) leave the pools before anything more is
+		// handed out from them.
+		a.syncBlocks(node, m)
+		if err := a.saveBlocks(ctx, m); err != nil {
+			return time.Time{}, err
+		}
+		a.reconcileDone(m)
 		return time.Time{}, a.createNode(ctx, m)
 	}
 	if err != nil {
@@ -348,6 +432,10 @@ func (a *Agent) sync(ctx context.Context) (time.Time, error) {
 
 	pools := a.clusterPools(ctx, m)
 	a.syncBlocks(node, m)
+	if err := a.saveBlocks(ctx, m); err != nil {
+		return time.Time{}, err
+	}
+	a.reconcileDone(m)
 	a.markNodeRead()
 
 	// Releases: blocks nobody uses that the demand does not need, once they stayed so for
@@ -377,6 +465,11 @@ func (a *Agent) sync(ctx context.Context) (time.Time, error) {
 	}
 	if len(due) > 0 {
 		ds = computeDemand(m.Usage(), pools, a.opts.PreAllocation)
+		// The node store forgets released blocks before the node object does: a restart
+		// while the API server is down must not serve a block another node may hold next.
+		if err := a.saveBlocks(ctx, m); err != nil {
+			return next, err
+		}
 	}
 	want := requestedOf(ds)
 
@@ -439,6 +532,13 @@ func (a *Agent) syncBlocks(node *v1alpha1.AllotNode, m *ipam.Manager) {
 	for _, b := range bad {
 		a.reportOnce("bad block "+b, "spec.ipam.pools.allocated holds an entry that is not a masked CIDR; ignored", "entry", b)
 	}
+	a.applyBlocks(blocks, m)
+}
+
+// applyBlocks makes the local pools hold exactly blocks (see syncBlocks). A block in use
+// that is no longer the node's is dropped (ipam.Manager.DropCIDR): its holders keep their
+// addresses, nothing more is handed out from it, and it is reported (local.go).
+func (a *Agent) applyBlocks(blocks []blockKey, m *ipam.Manager) {
 	inAPI := make(map[blockKey]bool, len(blocks))
 	a.mu.Lock()
 	for _, k := range blocks {
@@ -470,8 +570,20 @@ func (a *Agent) syncBlocks(node *v1alpha1.AllotNode, m *ipam.Manager) {
 			if inAPI[k] {
 				continue
 			}
-			if err := m.RemoveCIDR(k.pool, k.cidr); err != nil {
-				a.reportOnce("lost "+k.pool+k.cidr.String(), "a block in use left the node object; kept until its addresses are released", "pool", k.pool, "cidr", k.cidr, "err", err)
+			err := m.RemoveCIDR(k.pool, k.cidr)
+			if errors.Is(err, ipam.ErrBlockInUse) {
+				held, derr := m.DropCIDR(k.pool, k.cidr)
+				if derr != nil {
+					a.reportOnce("lost "+k.pool+k.cidr.String(), "a block in use is no longer the node's and could not be dropped", "pool", k.pool, "cidr", k.cidr, "err", derr)
+					continue
+				}
+				a.metrics.dropped.Inc()
+				a.log.Error("a block in use is no longer the node's: nothing more is handed out from it; its pods keep their addresses until their DEL",
+					"pool", k.pool, "cidr", k.cidr, "held", fmt.Sprint(held))
+				continue
+			}
+			if err != nil {
+				a.reportOnce("lost "+k.pool+k.cidr.String(), "a block that is no longer the node's could not be removed", "pool", k.pool, "cidr", k.cidr, "err", err)
 			}
 		}
 	}

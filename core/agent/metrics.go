@@ -10,6 +10,10 @@ type metrics struct {
 	released     prometheus.Counter
 	reclaimed    prometheus.Counter
 	syncDuration prometheus.Histogram
+	localState   prometheus.Gauge
+	orphans      prometheus.Gauge
+	dropped      prometheus.Counter
+	offline      prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -29,9 +33,25 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help:    "Time of one pass of the node sync loop.",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 5},
 		}),
+		localState: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "allot_agent_serving_local_state",
+			Help: "1 while the agent serves from blocks restored from the node store, not yet reconciled with the API server.",
+		}),
+		orphans: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "allot_agent_orphaned_addresses",
+			Help: "Addresses held by pods of the node outside every block the node holds (blocks taken away while in use).",
+		}),
+		dropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "allot_agent_blocks_dropped_in_use_total",
+			Help: "Blocks that stopped being the node's while pods held addresses of them.",
+		}),
+		offline: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "allot_agent_offline_decisions_total",
+			Help: "ADDs decided without the pod's metadata, the API server being unreachable.",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.writes, m.released, m.reclaimed, m.syncDuration)
+		reg.MustRegister(m.writes, m.released, m.reclaimed, m.syncDuration, m.localState, m.orphans, m.dropped, m.offline)
 	}
 	return m
 }

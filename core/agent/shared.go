@@ -56,7 +56,7 @@ func (a *Agent) newShared() (*sharedpool.Allocator, error) {
 	if cfg.Burst < int(cfg.QPS) {
 		cfg.Burst = int(cfg.QPS)
 	}
-	c, err := client.New(cfg, client.Options{Scheme: a.live.Scheme()})
+	c, err := client.New(cfg, client.Options{Scheme: a.live.Scheme(), Mapper: a.live.RESTMapper()})
 	if err != nil {
 		return nil, fmt.Errorf("agent: shared pools client: %w", err)
 	}

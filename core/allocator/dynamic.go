@@ -143,6 +143,28 @@ func (p *Pool) RemoveCIDR(c netip.Prefix) error {
 	if s.used > 0 {
 		return fmt.Errorf("allocator: pool %q: remove CIDR %s: %d address(es) of it still allocated: %w", p.name, c, s.used, ErrInUse)
 	}
+	p.dropSpan(i)
+	return nil
+}
+
+// DropCIDR removes a CIDR from the pool even while addresses of it are allocated, and returns
+// how many were. The pool forgets them: whoever holds them (core/ipam's records) keeps
+// account of them, and Release of one of them afterwards wraps ErrOutOfRange. It is for a
+// block that is no longer the node's (taken away while in use): nothing more may be handed
+// out from it. Dropping a CIDR the pool does not have wraps ErrOutOfRange.
+func (p *Pool) DropCIDR(c netip.Prefix) (uint64, error) {
+	i := slices.IndexFunc(p.spans, func(s span) bool { return s.prefix == c })
+	if i < 0 {
+		return 0, fmt.Errorf("allocator: pool %q: drop CIDR %s: not a CIDR of the pool: %w", p.name, c, ErrOutOfRange)
+	}
+	used := p.spans[i].used
+	p.dropSpan(i)
+	return used, nil
+}
+
+// dropSpan removes span i, recycling its chunks.
+func (p *Pool) dropSpan(i int) {
+	s := &p.spans[i]
 	// Recycle its (empty) chunks; the idle chunk may be one of them.
 	if p.idle != nil && p.idleSpan == i {
 		p.idle = nil
@@ -165,5 +187,4 @@ func (p *Pool) RemoveCIDR(c netip.Prefix) error {
 		p.curSpan--
 	}
 	p.recount()
-	return nil
 }

@@ -25,6 +25,13 @@ type Cluster struct {
 
 	// --- agent ---
 
+	// IPAM is where the agent's pools come from: "multi-pool" (the default, also written
+	// ""): blocks of IPPools in its AllotNode; "kubernetes": the Node's spec.podCIDRs, as
+	// Cilium's ipam: kubernetes, whoever assigns them (the operator from ClusterCIDRConfigs,
+	// or kube-controller-manager), served as the pool "default". ENI mode (eni.backend) is
+	// the third and excludes "kubernetes".
+	IPAM string `koanf:"ipam"`
+
 	// PreAllocation maps a pool name to the number of addresses per family the agent keeps
 	// ready on the node beyond those in use (Cilium's ipam-multi-pool-pre-allocation).
 	// Pools not listed pre-allocate nothing. Default {default: 8}; as with Cilium's flag, a
@@ -85,6 +92,12 @@ type Cluster struct {
 	// SharedPools: CNI networks served from shared pools in agent mode (sharedpools.go).
 	SharedPools SharedPools `koanf:"sharedPools"`
 }
+
+// Values of Cluster.IPAM.
+const (
+	IPAMMultiPool  = "multi-pool"
+	IPAMKubernetes = "kubernetes"
+)
 
 // ClusterENI configures ENI mode: the operator's ENI engine hands a cloud backend's
 // addresses to nodes (AllotNode spec.ipam.pool) and the agents serve them to pods. Unset
@@ -415,6 +428,15 @@ func (c *Config) validateCluster() []error {
 	}
 	if _, err := cl.PodCIDRPrefixes(); err != nil {
 		errs = append(errs, err)
+	}
+	switch cl.IPAM {
+	case "", IPAMMultiPool:
+	case IPAMKubernetes:
+		if cl.ENI.Enabled() {
+			add("ipam", "%q cannot be combined with ENI mode (eni.backend %q): the node's addresses come from one or the other", cl.IPAM, cl.ENI.Backend)
+		}
+	default:
+		add("ipam", "%q is not one of %q, %q", cl.IPAM, IPAMMultiPool, IPAMKubernetes)
 	}
 	errs = append(errs, c.validateENI()...)
 	errs = append(errs, c.validateSharedPools()...)

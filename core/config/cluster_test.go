@@ -61,6 +61,8 @@ func TestClusterValidationNamesTheField(t *testing.T) {
 		{"pod CIDR host bits", "mode: operator\ncluster: {clusterCIDRConfig: true, podCIDRs: [10.244.1.0/16]}\n", "cluster.podCIDRs[0]: 10.244.1.0/16 has host bits set (did you mean 10.244.0.0/16?)"},
 		{"pod CIDR overlap", "mode: operator\ncluster: {clusterCIDRConfig: true, podCIDRs: [10.0.0.0/8, 10.244.0.0/16]}\n", "cluster.podCIDRs[1]: 10.244.0.0/16 overlaps cluster.podCIDRs[0] 10.0.0.0/8"},
 		{"lease", "mode: operator\ncluster: {leaderElection: {leaseDuration: 5s, renewDeadline: 10s}}\n", "cluster.leaderElection.renewDeadline: 10s must be shorter than leaseDuration 5s"},
+		{"ipam", "mode: agent\ncluster: {nodeName: n, ipam: host-local}\n", `cluster.ipam: "host-local" is not one of "multi-pool", "kubernetes"`},
+		{"ipam and eni", "mode: agent\ncluster: {nodeName: n, ipam: kubernetes, eni: {backend: aws-eni}}\n", `cluster.ipam: "kubernetes" cannot be combined with ENI mode`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := load(writeFile(t, tc.body), nil, nil)

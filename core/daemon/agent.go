@@ -114,6 +114,8 @@ func NewAgent(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Age
 		Logger:          log.With("component", "agent"),
 		ENI:             agentENI(cfg.Cluster.ENI),
 		Shared:          sharedOptions(cfg, d.plugins),
+		PodCIDRs:        agentPodCIDRMode(cfg.Cluster),
+		Store:           d.store,
 	})
 	if err != nil {
 		return nil, err
@@ -145,6 +147,17 @@ func NewAgent(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Age
 	})
 	if err != nil {
 		return nil, err
+	}
+	// The node's blocks as last read from the API server, so that CNI is served at once even
+	// if the API server does not answer now (core/agent/local.go); the first sync reconciles.
+	if _, err := ag.Restore(ctx, d.manager); err != nil {
+		return nil, err
+	}
+	d.readyNote = func() string {
+		if ag.ServingLocal() {
+			return "serving from the node store: the API server has not answered since start"
+		}
+		return ""
 	}
 	// The datapath is built (and its configuration checked) now, and applied once the
 	// node's blocks are known: until then, rules an earlier agent left stay in force.
@@ -178,12 +191,24 @@ func NewAgent(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Age
 		}
 	}
 	why := "agent: waiting for the node's AllotNode (informer caches, first sync)"
+	if cfg.Cluster.IPAM == config.IPAMKubernetes {
+		why = "agent: waiting for the Node's spec.podCIDRs (informer caches, first sync)"
+	}
 	d.starting.Store(&why)
 	if d.apiLn, err = listenAPI(cfg, log); err != nil {
 		return nil, err
 	}
 	d.apiSrv = d.newAPIServer(serviceFor(cfg, d.manager, ag))
 	return ad, nil
+}
+
+// agentPodCIDRMode is the agent's kubernetes mode (pools from Node.spec.podCIDRs), nil when
+// off.
+func agentPodCIDRMode(c config.Cluster) *agent.PodCIDROptions {
+	if c.IPAM != config.IPAMKubernetes {
+		return nil
+	}
+	return &agent.PodCIDROptions{}
 }
 
 // agentENI is the agent's ENI mode from cluster.eni, nil when off.

@@ -15,6 +15,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -48,6 +49,9 @@ type Daemon struct {
 	// starting, when set, says why the daemon is not ready yet although it serves (an
 	// agent before its first AllotNode read); /readyz answers 503 with it.
 	starting atomic.Pointer[string]
+	// readyNote, if set, qualifies a ready answer of /readyz (an agent serving from its node
+	// store while the API server is unreachable is ready: CNI works).
+	readyNote func() string
 	// datapathAtStop is what close does with the datapath (stopRemove by default).
 	datapathAtStop atomic.Int32
 	// deferDatapath: the agent starts the datapath itself, once it knows the node's blocks.
@@ -298,8 +302,14 @@ func (d *Daemon) healthHandler() http.Handler {
 		}
 		// Exhausted pools do not make the daemon unready: it still answers DEL, CHECK and
 		// GC, and restarting it would not free an address.
-		if st.Message != "" {
-			_, _ = fmt.Fprintf(w, "ready (%s)\n", st.Message)
+		msg := st.Message
+		if d.readyNote != nil {
+			if n := d.readyNote(); n != "" {
+				msg = strings.TrimPrefix(msg+"; "+n, "; ")
+			}
+		}
+		if msg != "" {
+			_, _ = fmt.Fprintf(w, "ready (%s)\n", msg)
 			return
 		}
 		_, _ = w.Write([]byte("ready\n"))

@@ -325,6 +325,65 @@ func (m *Manager) RemoveCIDR(name string, c netip.Prefix) error {
 	return nil
 }
 
+// DropCIDR removes block c from pool name even while addresses of it are held, and returns
+// the held addresses of the block. It is for a block that is no longer the node's (the
+// operator or a person took it away while pods used it): from then on nothing is handed out
+// from it, while its holders keep their addresses and records until their DEL (or GC, or
+// reclaim) frees them, as rebuild keeps records whose block is not known. Should the block
+// come back, AddCIDR marks those addresses taken again. This is what Cilium's agent does with
+// an in-use CIDR removed from its CiliumNode's spec (pkg/ipam/pool.go, cidrPool.updatePool:
+// kept for its holders, no new allocation from it). Dropping a block the pool does not have
+// is a no-op.
+func (m *Manager) DropCIDR(name string, c netip.Prefix) ([]netip.Addr, error) {
+	if m.opts.Dynamic == nil {
+		return nil, ErrNotDynamic
+	}
+	k := poolKey{name, famOf(c.Addr())}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p, ok := m.pools[k]
+	if !ok || !slices.Contains(p.prefix, c) {
+		return nil, nil
+	}
+	if _, err := p.alloc.DropCIDR(c); err != nil {
+		return nil, fmt.Errorf("ipam: %w", err)
+	}
+	p.prefix = p.alloc.CIDRs()
+	delete(p.addressing, c)
+	var held []netip.Addr
+	for a := range m.holders {
+		if c.Contains(a) {
+			held = append(held, a)
+		}
+	}
+	slices.SortFunc(held, netip.Addr.Compare)
+	m.log.Warn("block dropped while in use; its holders keep their addresses, nothing more is handed out from it", "pool", name, "cidr", c, "held", len(held))
+	m.updatePoolMetricsLocked()
+	m.changedLocked()
+	return held, nil
+}
+
+// Orphans returns the held addresses that lie in no block of any pool (blocks not known yet,
+// or dropped while in use), with their owners, sorted by address.
+func (m *Manager) Orphans() []Orphan {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []Orphan
+	for a, o := range m.holders {
+		if m.poolContaining(a) == nil {
+			out = append(out, Orphan{Addr: a, Owner: fromOwner(o)})
+		}
+	}
+	slices.SortFunc(out, func(x, y Orphan) int { return x.Addr.Compare(y.Addr) })
+	return out
+}
+
+// Orphan is a held address outside every block (Manager.Orphans).
+type Orphan struct {
+	Addr  netip.Addr
+	Owner api.Owner
+}
+
 // Usage returns every pool with its blocks and pending requests, sorted by name then
 // family.
 func (m *Manager) Usage() []PoolUsage {

@@ -494,3 +494,59 @@ func TestDynamicDisabledPool(t *testing.T) {
 		t.Fatalf("unknown pool: %v", err)
 	}
 }
+
+// TestDynamicDropInUse: a block taken away while in use hands out nothing more; its holders
+// keep their addresses until DEL, which then frees nothing twice; if the block comes back its
+// held addresses are taken again.
+func TestDynamicDropInUse(t *testing.T) {
+	ctx := context.Background()
+	r := newDynRig(t, 200*time.Millisecond)
+	lost, kept := pfx("10.1.0.0/29"), pfx("10.2.0.0/29")
+	mustNoErr(t, r.m.AddCIDR("default", lost))
+	a1, err := r.m.Allocate(ctx, podAdd("c1", "p1"))
+	mustNoErr(t, err)
+	held, err := r.m.DropCIDR("default", lost)
+	mustNoErr(t, err)
+	if len(held) != 1 || held[0].String() != "10.1.0.1" {
+		t.Fatalf("held in the dropped block: %v", held)
+	}
+	if o := r.m.Orphans(); len(o) != 1 || o[0].Owner != a1.Owner {
+		t.Fatalf("orphans: %+v", o)
+	}
+	// Nothing is handed out from the dropped block: with no other block the ADD waits and fails.
+	if _, err := r.m.Allocate(ctx, podAdd("c2", "p2")); api.CodeOf(err) != api.CodeExhausted && api.CodeOf(err) != api.CodeUnavailable {
+		t.Fatalf("ADD with only a dropped block: %v", err)
+	}
+	mustNoErr(t, r.m.AddCIDR("default", kept))
+	a2, err := r.m.Allocate(ctx, podAdd("c2", "p2"))
+	mustNoErr(t, err)
+	if !kept.Contains(netip.MustParsePrefix(a2.IPs[0].Address).Addr()) {
+		t.Fatalf("ADD after the drop got %v, outside %s", a2.IPs, kept)
+	}
+	// The holder's repeated ADD still answers its address (idempotent).
+	again, err := r.m.Allocate(ctx, podAdd("c1", "p1"))
+	mustNoErr(t, err)
+	if again.IPs[0].Address != a1.IPs[0].Address {
+		t.Fatalf("repeated ADD: %v, want %v", again.IPs, a1.IPs)
+	}
+	// The block comes back: the held address is taken, not handed out again.
+	mustNoErr(t, r.m.AddCIDR("default", lost))
+	if u := usageOf(r.m, "default", policy.IPv4); u.Used != 2 {
+		t.Fatalf("after the block came back: %+v", u)
+	}
+	if len(r.m.Orphans()) != 0 {
+		t.Fatalf("orphans after the block came back: %+v", r.m.Orphans())
+	}
+	// Drop again, then DEL: the record goes, the address was never handed out twice.
+	_, err = r.m.DropCIDR("default", lost)
+	mustNoErr(t, err)
+	mustNoErr(t, r.m.Release(ctx, &api.ReleaseRequest{Owner: a1.Owner}))
+	if len(r.m.Orphans()) != 0 {
+		t.Fatalf("orphans after DEL: %+v", r.m.Orphans())
+	}
+	recs, err := r.st.List(ctx)
+	mustNoErr(t, err)
+	if len(recs) != 1 || recs[0].Owner.ContainerID != "c2" {
+		t.Fatalf("records after DEL: %+v", recs)
+	}
+}

@@ -54,8 +54,14 @@ func NewController(opts Options) (*Controller, error) {
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
+	// Static mappings: the cache is built while the API server may be down (k8s.NodeRESTMapper).
+	mapper, err := allotk8s.NodeRESTMapper(opts.RESTConfig)
+	if err != nil {
+		return nil, fmt.Errorf("noderoutes: %w", err)
+	}
 	c, err := cache.New(rest.CopyConfig(opts.RESTConfig), cache.Options{
 		Scheme: allotk8s.NewScheme(),
+		Mapper: mapper,
 		ByObject: map[client.Object]cache.ByObject{
 			&corev1.Node{}:        {Transform: trimNode},
 			&v1alpha1.AllotNode{}: {Transform: trimAllotNode},

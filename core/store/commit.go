@@ -13,7 +13,9 @@ import (
 type op struct {
 	key, value []byte
 	del        bool
-	result     chan error // buffered (1): the committer never blocks on a caller that left
+	// bucket is where key lives: nil means the records bucket (the node state is in meta).
+	bucket []byte
+	result chan error // buffered (1): the committer never blocks on a caller that left
 }
 
 // submit enqueues o and waits until the transaction that carries it has
@@ -197,8 +199,12 @@ func (s *Store) begin(batch []*op) (*bolt.Tx, error) {
 		s.log.Error("store batch failed before commit", "ops", len(batch), "err", err)
 		return nil, fmt.Errorf("batch of %d ops not written: %w", len(batch), err)
 	}
-	b := tx.Bucket(recordsBucket)
+	records := tx.Bucket(recordsBucket)
 	for _, o := range batch {
+		b := records
+		if o.bucket != nil {
+			b = tx.Bucket(o.bucket)
+		}
 		if o.del {
 			err = b.Delete(o.key)
 		} else {

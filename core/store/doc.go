@@ -87,7 +87,8 @@
 // # Encoding
 //
 // The file has two buckets: "meta", holding the schema version ("schema" =
-// "1"), and "records". Open creates them on a new file and refuses a file of
+// "1") and, in agent mode, the node state (PutNodeState: the node's blocks as
+// last read from the API server, nodestate.go), and "records". Open creates them on a new file and refuses a file of
 // another schema version (ErrSchema) rather than misread it.
 //
 // A record's key is ContainerID, NUL, IfName. NUL sorts before every other

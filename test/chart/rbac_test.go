@@ -244,6 +244,43 @@ func TestLiveClusterCIDR(t *testing.T) {
 		}
 		return cfg.Status.AllocatedBlocks == 1, fmt.Sprintf("%+v", cfg.Status)
 	})
+	// The chart's agent, as its ServiceAccount, serves a pod of node-b from node-b's pod CIDR.
+	var nb corev1.Node
+	if err := l.c.Get(ctx, client.ObjectKey{Name: "node-b"}, &nb); err != nil {
+		t.Fatal(err)
+	}
+	agCfg, _ := l.agentConfig(l.saKubeconfig("allot-agent"))
+	ag := l.startAllotd("agent", agCfg, "NODE_NAME=node-b", "POD_NAME="+l.agentPod("node-b"), "POD_NAMESPACE="+Namespace)
+	cli := apiclient.New(agCfg["socket"].(string))
+	defer cli.Close()
+	p := l.pod("default", "app-1", "node-b", nil)
+	actx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	a, err := cli.Allocate(actx, &api.AllocateRequest{Owner: api.Owner{ContainerID: "ctr-app-1", IfName: "eth0"}, Network: "allot",
+		Pod: api.PodRef{Namespace: "default", Name: "app-1", UID: string(p.UID)}})
+	if err != nil {
+		t.Fatalf("ADD in clustercidr mode: %v", err)
+	}
+	// One address per family, each from node-b's pod CIDR of that family, whose first address
+	// is the gateway.
+	if len(a.IPs) != len(nb.Spec.PodCIDRs) {
+		t.Fatalf("ADD in clustercidr mode: %+v, want one address per pod CIDR of node-b %v", a.IPs, nb.Spec.PodCIDRs)
+	}
+	for _, ip := range a.IPs {
+		addr := netip.MustParsePrefix(ip.Address).Addr()
+		var podCIDR netip.Prefix
+		for _, s := range nb.Spec.PodCIDRs {
+			if c := netip.MustParsePrefix(s); c.Addr().Is4() == addr.Is4() {
+				podCIDR = c
+			}
+		}
+		if !podCIDR.Contains(addr) || ip.Gateway != podCIDR.Addr().Next().String() {
+			t.Fatalf("ADD in clustercidr mode: %+v, want addresses of node-b's pod CIDRs %v with their first address as gateway", a.IPs, nb.Spec.PodCIDRs)
+		}
+	}
+	if err := ag.stop(30 * time.Second); err != nil {
+		t.Errorf("agent stop: %v", err)
+	}
 	if err := op.stop(30 * time.Second); err != nil {
 		t.Errorf("operator stop: %v", err)
 	}

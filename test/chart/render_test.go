@@ -190,7 +190,7 @@ type values struct {
 	} `json:"webhook"`
 }
 
-func (v values) agentEnabled() bool { return v.Agent.Enabled && v.Mode != "clustercidr" }
+func (v values) agentEnabled() bool { return v.Agent.Enabled }
 
 // eniHostRouting: the agent sets up ENI host routing (cluster.eni.hostRouting, on by default).
 func (v values) eniHostRouting() bool {
@@ -577,6 +577,10 @@ func checkAgent(t *testing.T, docs []doc, v values) {
 	}
 	if str(cfg, "http", "address") != v.Agent.HTTPAddress {
 		t.Errorf("agent config http.address %q, probes use %s", str(cfg, "http", "address"), v.Agent.HTTPAddress)
+	}
+	// In clustercidr mode the agent's pool is its Node's spec.podCIDRs; in the others, not.
+	if wantIPAM := map[bool]string{true: "kubernetes"}[v.Mode == "clustercidr"]; str(cfg, "cluster", "ipam") != wantIPAM {
+		t.Errorf("agent config cluster.ipam %q in mode %s, want %q", str(cfg, "cluster", "ipam"), v.Mode, wantIPAM)
 	}
 	masq := str(cfg, "datapath", "masqAgentConfig")
 	if (masq != "") != (v.IPMasqAgent.Enabled && v.Datapath.Type != "none") {

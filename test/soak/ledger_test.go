@@ -214,20 +214,18 @@ type figures struct {
 	kills      map[string]int
 	restarts   map[string]int
 	crashes    int
-	// apiDownExits are agents that exited because the API server was unreachable at start.
-	apiDownExits int
-	dupAddrs     int
-	dupBlocks    int
-	lost         int
-	leaks        int
-	gcFreed      int
-	p50, p99     time.Duration
-	maxADD       time.Duration
-	outage       time.Duration
-	failover     time.Duration // longest time from killing the operator leader to a new leader
-	apiOutage    time.Duration // longest kube-apiserver or etcd restart
-	checks       int
-	finalAlloc   int
+	dupAddrs   int
+	dupBlocks  int
+	lost       int
+	leaks      int
+	gcFreed    int
+	p50, p99   time.Duration
+	maxADD     time.Duration
+	outage     time.Duration
+	failover   time.Duration // longest time from killing the operator leader to a new leader
+	apiOutage  time.Duration // longest kube-apiserver or etcd restart
+	checks     int
+	finalAlloc int
 }
 
 var (
@@ -331,7 +329,6 @@ func printFigures(w io.Writer) {
 		{Name: "kills (SIGKILL)", Value: func(f *figures) string { return breakdown(f.kills) }},
 		{Name: "restarts", Value: func(f *figures) string { return breakdown(f.restarts) }},
 		{Name: "crashes (exits not caused)", Value: func(f *figures) string { return fmt.Sprint(f.crashes) }},
-		{Name: "agent exits, API server unreachable at start", Value: func(f *figures) string { return fmt.Sprint(f.apiDownExits) }},
 		{Name: "duplicate addresses", Value: func(f *figures) string { return fmt.Sprint(f.dupAddrs) }},
 		{Name: "blocks on two nodes", Value: func(f *figures) string {
 			if f.name == "standalone" {

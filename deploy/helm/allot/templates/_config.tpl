@@ -33,6 +33,10 @@ refuse to start, and the chart's tests load every example's files with allotd's 
 {{- if eq $v.mode "eni" -}}
 {{- $_ := set $cluster "eni" (deepCopy $v.eni.config) -}}
 {{- end -}}
+{{- if eq $v.mode "clustercidr" -}}
+{{- /* The node's pool is its Node's spec.podCIDRs, which the operator writes. */ -}}
+{{- $_ := set $cluster "ipam" "kubernetes" -}}
+{{- end -}}
 {{- if $v.autoDirectNodeRoutes -}}
 {{- $_ := set $cluster "autoDirectNodeRoutes" true -}}
 {{- end -}}

@@ -34,9 +34,9 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 {{- end -}}
 
-{{/* The agent runs in every mode but clustercidr (no allot-cni pool there). */}}
+{{/* The agent runs in every mode (in clustercidr it serves the Nodes' spec.podCIDRs). */}}
 {{- define "allot.agentEnabled" -}}
-{{- if and .Values.agent.enabled (ne .Values.mode "clustercidr") }}true{{ end -}}
+{{- if .Values.agent.enabled }}true{{ end -}}
 {{- end -}}
 
 {{- define "allot.webhookServiceName" -}}allot-operator-webhook{{- end -}}
