@@ -166,8 +166,8 @@ func New(opts Options) (*Agent, error) {
 		cfg.UserAgent = "allotd-agent/" + opts.NodeName
 	}
 	// A static mapping of the agent's kinds: building the client and the informer cache must
-	// not need the API server, which may be down when the agent (re)starts (k8s.NodeRESTMapper).
-	mapper, err := k8s.NodeRESTMapper(cfg)
+	// not need the API server, which may be down when the agent (re)starts (k8s.RESTMapper).
+	mapper, err := k8s.RESTMapper(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("agent: %w", err)
 	}

@@ -5,6 +5,8 @@ import (
 
 	allotv1 "github.com/allot-ipam/allot/core/k8s/apis/allot/v1alpha1"
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -24,6 +26,11 @@ var staticKinds = []struct {
 	{corev1.SchemeGroupVersion.WithKind("Namespace"), false},
 	{corev1.SchemeGroupVersion.WithKind("Event"), true},
 	{appsv1.SchemeGroupVersion.WithKind("DaemonSet"), true},
+	{appsv1.SchemeGroupVersion.WithKind("Deployment"), true},
+	{appsv1.SchemeGroupVersion.WithKind("ReplicaSet"), true},
+	{appsv1.SchemeGroupVersion.WithKind("StatefulSet"), true},
+	{batchv1.SchemeGroupVersion.WithKind("Job"), true},
+	{coordinationv1.SchemeGroupVersion.WithKind("Lease"), true},
 	{allotv1.SchemeGroupVersion.WithKind("AllotNode"), false},
 	{allotv1.SchemeGroupVersion.WithKind("IPPool"), false},
 	{allotv1.SchemeGroupVersion.WithKind("ClusterCIDRConfig"), false},
@@ -31,15 +38,17 @@ var staticKinds = []struct {
 	{allotv1.SchemeGroupVersion.WithKind("ReservedIP"), false},
 	{allotv1.SchemeGroupVersion.WithKind("AddressClaim"), false},
 	{allotv1.SchemeGroupVersion.WithKind("AllotEndpoint"), true},
+	{allotv1.SchemeGroupVersion.WithKind("AllotSubnet"), false},
 }
 
-// NodeRESTMapper is the RESTMapper of the node's components (agent, node routes): the kinds
-// they use are mapped statically, so building a client or an informer cache never asks the
-// API server. controller-runtime's default mapper runs discovery for every kind the cache is
+// RESTMapper is the RESTMapper of allot's components (agent, node routes, operator): the
+// kinds they use are mapped statically, so building a client or an informer cache never asks
+// the API server. controller-runtime's default mapper runs discovery for every kind the cache is
 // told about when the cache is built (to learn whether it is namespaced), which fails while
 // the API server is unreachable, and the agent must start then and serve from its node
-// store. Any other kind falls back to controller-runtime's lazy discovery mapper.
-func NodeRESTMapper(cfg *rest.Config) (meta.RESTMapper, error) {
+// store; an operator that lost its Lease in an outage builds its next term's cache the
+// same way, and would otherwise wait out a retry after the API server is back. Any other kind falls back to controller-runtime's lazy discovery mapper.
+func RESTMapper(cfg *rest.Config) (meta.RESTMapper, error) {
 	static := meta.NewDefaultRESTMapper(nil)
 	for _, k := range staticKinds {
 		scope := meta.RESTScopeRoot

@@ -10,10 +10,10 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// TestNodeRESTMapperOffline: every kind of the static table maps, with the scope of its
+// TestRESTMapperOffline: every kind of the static table maps, with the scope of its
 // generated CRD, against an address where nothing listens (no discovery is attempted).
-func TestNodeRESTMapperOffline(t *testing.T) {
-	m, err := NodeRESTMapper(&rest.Config{Host: "https://127.0.0.1:1"})
+func TestRESTMapperOffline(t *testing.T) {
+	m, err := RESTMapper(&rest.Config{Host: "https://127.0.0.1:1"})
 	if err != nil {
 		t.Fatal(err)
 	}

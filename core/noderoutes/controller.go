@@ -54,8 +54,8 @@ func NewController(opts Options) (*Controller, error) {
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
-	// Static mappings: the cache is built while the API server may be down (k8s.NodeRESTMapper).
-	mapper, err := allotk8s.NodeRESTMapper(opts.RESTConfig)
+	// Static mappings: the cache is built while the API server may be down (k8s.RESTMapper).
+	mapper, err := allotk8s.RESTMapper(opts.RESTConfig)
 	if err != nil {
 		return nil, fmt.Errorf("noderoutes: %w", err)
 	}

@@ -26,6 +26,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"net/netip"
 	"os"
 	"sync"
@@ -33,6 +34,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
@@ -246,6 +248,9 @@ func runTerm(ctx context.Context, o *Options, m *metrics, log *slog.Logger) erro
 		Controller:                          ctrlconfig.Controller{SkipNameValidation: &skip},
 		Cache:                               cache.Options{DefaultTransform: cache.TransformStripManagedFields(), ByObject: sharedCacheByObject()},
 		Client:                              client.Options{FieldOwner: fieldManager},
+		// Static mappings: a term starting as the API server returns builds its cache
+		// without discovery (allotk8s.RESTMapper).
+		MapperProvider: func(c *rest.Config, _ *http.Client) (meta.RESTMapper, error) { return allotk8s.RESTMapper(c) },
 	})
 	if err != nil {
 		return fmt.Errorf("operator: manager: %w", err)
