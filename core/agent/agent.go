@@ -506,12 +506,30 @@ func (a *Agent) clusterPools(ctx context.Context, m *ipam.Manager) map[string]fa
 		f := families{v4: p.Spec.IPv4 != nil, v6: p.Spec.IPv6 != nil}
 		out[p.Name] = f
 		for _, fam := range []policy.Family{policy.IPv4, policy.IPv6} {
-			if f.has(fam) {
-				if err := m.EnsurePool(p.Name, fam); err != nil {
-					a.log.Warn("registering pool", "pool", p.Name, "family", fam, "err", err)
-				} else if err := m.SetPoolDisabled(p.Name, fam, p.Spec.Disable); err != nil {
-					a.log.Warn("marking pool disabled", "pool", p.Name, "family", fam, "err", err)
-				}
+			if !f.has(fam) {
+				continue
+			}
+			if err := m.EnsurePool(p.Name, fam); err != nil {
+				a.log.Warn("registering pool", "pool", p.Name, "family", fam, "err", err)
+			} else if err := m.SetPoolDisabled(p.Name, fam, p.Spec.Disable); err != nil {
+				a.log.Warn("marking pool disabled", "pool", p.Name, "family", fam, "err", err)
+			}
+			spec := p.Spec.IPv4
+			if fam == policy.IPv6 {
+				spec = p.Spec.IPv6
+			}
+			// Set before the blocks are added (syncBlocks runs after this): the block
+			// holding the pool's gateway must reserve it from the start.
+			r, err := PoolRouting(fam, spec)
+			if err != nil {
+				// The CRD's rules let this through (a broadcast gateway, a route of the other
+				// family): the pool keeps the per-block default, and the operator's Ready
+				// condition on the IPPool says why.
+				a.reportOnce("routing "+p.Name+string(fam)+err.Error(), "IPPool gateway/routes refused; using the block's gateway", "pool", p.Name, "err", err)
+				r = ipam.PoolRouting{}
+			}
+			if err := m.SetPoolRouting(p.Name, fam, r); err != nil {
+				a.log.Warn("setting pool routing", "pool", p.Name, "family", fam, "err", err)
 			}
 		}
 	}

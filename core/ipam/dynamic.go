@@ -242,13 +242,17 @@ func (m *Manager) addCIDR(name string, c netip.Prefix, ad *Addressing) error {
 	var gw netip.Addr
 	if ad == nil && m.opts.Dynamic.BlockGateway {
 		gw = BlockGateway(c)
+		if reserve, pad, ok := m.blockAddressingLocked(k, c); ok {
+			// The pool's object names the gateway (IPPool spec.ipvN.gateway).
+			gw, ad = reserve, pad
+		}
 		if gw.IsValid() && slices.Contains(held, gw) {
 			// A pod of a version that did not reserve gateways holds it: the block keeps
 			// no gateway rather than losing track of that pod's address.
 			m.log.Warn("block gateway held by a pod; the block's pods get no gateway", "pool", name, "cidr", c, "addr", gw)
 			gw = netip.Addr{}
 		}
-		if gw.IsValid() {
+		if gw.IsValid() && ad == nil {
 			ad = &Addressing{Bits: c.Bits(), Gateway: gw}
 		}
 	}

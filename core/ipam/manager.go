@@ -103,8 +103,11 @@ type Manager struct {
 	log   *slog.Logger
 	start time.Time
 
-	mu       sync.Mutex
-	pools    map[poolKey]*pool
+	mu    sync.Mutex
+	pools map[poolKey]*pool
+	// routing of dynamic pools, from their cluster objects (SetPoolRouting); kept while a
+	// pool is dropped and registered again.
+	routing  map[poolKey]PoolRouting
 	poolKeys []poolKey // sorted by name then family, for deterministic views
 	owners   map[store.Owner]*holding
 	holders  map[netip.Addr]store.Owner
@@ -690,15 +693,8 @@ func (m *Manager) allocationOf(r store.Record) *api.Allocation {
 		switch {
 		case ok && len(p.spec.Routes) > 0:
 			out.Routes = append(out.Routes, p.spec.Routes...)
-		case m.opts.Dynamic != nil && m.opts.Dynamic.BlockGateway && a.Gateway.IsValid():
-			// A block's gateway is the node (the bridge): the pod's default route goes
-			// there, so the plain bridge plugin (isDefaultGateway false) gives pods a
-			// working network with nothing else configured.
-			dst := "0.0.0.0/0"
-			if a.Gateway.Is6() {
-				dst = "::/0"
-			}
-			out.Routes = append(out.Routes, api.Route{Dst: dst, GW: a.Gateway.String()})
+		case m.opts.Dynamic != nil:
+			out.Routes = append(out.Routes, m.routesLocked(poolKey{a.Pool, famOf(a.Prefix.Addr())}, a.Gateway)...)
 		}
 	}
 	return out

@@ -18,8 +18,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/allot-ipam/allot/core/agent"
 	"github.com/allot-ipam/allot/core/blockalloc"
 	allotv1 "github.com/allot-ipam/allot/core/k8s/apis/allot/v1alpha1"
+	"github.com/allot-ipam/allot/sdk/policy"
 )
 
 const (
@@ -590,6 +592,20 @@ func (op *operator) reconcilePool(ctx context.Context, req reconcile.Request) (r
 		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, allotv1.ReasonInvalid, "the pool is disabled (spec.disable)"
 	case usable == 0:
 		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, allotv1.ReasonInvalid, "no usable CIDR: "+strings.Join(append(invalid, overlaps...), "; ")
+	default:
+		// The agents parse gateway and routes the same way (agent.PoolRouting) and fall
+		// back to the per-block default on an error: say so where the user looks.
+		for _, fam := range []policy.Family{policy.IPv4, policy.IPv6} {
+			spec := pool.Spec.IPv4
+			if fam == policy.IPv6 {
+				spec = pool.Spec.IPv6
+			}
+			if _, err := agent.PoolRouting(fam, spec); err != nil {
+				ready.Status, ready.Reason = metav1.ConditionFalse, allotv1.ReasonInvalid
+				ready.Message = err.Error() + "; pods get their block's gateway and default route instead"
+				break
+			}
+		}
 	}
 	meta.SetStatusCondition(&want.Conditions, ready)
 	events := op.setPoolConditions(want, gen, overlaps, refused, exhausted, terminating, holders, len(blocks))

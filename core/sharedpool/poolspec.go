@@ -134,6 +134,14 @@ func resolveFamily(field string, fam policy.Family, s *v1alpha1.SharedPoolFamily
 		if err != nil || (fam == policy.IPv4) != gw.Is4() || !subnet.Contains(gw) {
 			return nil, fmt.Errorf("%s.gateway: %q is not an address inside %s", field, s.Gateway, subnet)
 		}
+		if subnet.Addr().BitLen()-subnet.Bits() >= 2 {
+			if gw == subnet.Addr() {
+				return nil, fmt.Errorf("%s.gateway: %s is the network address of %s", field, gw, subnet)
+			}
+			if fam == policy.IPv4 && gw == addrmath.LastOf(subnet) {
+				return nil, fmt.Errorf("%s.gateway: %s is the broadcast address of %s", field, gw, subnet)
+			}
+		}
 		f.Gateway = gw
 		drop = drop.Union(single(gw))
 	}

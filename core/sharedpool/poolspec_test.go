@@ -69,6 +69,9 @@ func TestResolveErrorsNameTheField(t *testing.T) {
 		{fam("172.18.0.0/24", "172.18.0.9-172.18.0.1"), "spec.ipv4.ips[0]"},
 		{&v1alpha1.SharedPoolFamily{Subnet: "172.18.0.0/24", IPs: []string{"172.18.0.5"}, Gateway: "172.19.0.1"}, "spec.ipv4.gateway"},
 		{&v1alpha1.SharedPoolFamily{Subnet: "172.18.0.0/24", IPs: []string{"172.18.0.5"}, Routes: []v1alpha1.RouteSpec{{Dst: "10.0.0.0/8"}}}, "spec.ipv4.routes[0].gw"},
+		{&v1alpha1.SharedPoolFamily{Subnet: "172.18.0.0/24", IPs: []string{"172.18.0.5"}, Gateway: "172.18.0.0"}, "spec.ipv4.gateway: 172.18.0.0 is the network address of 172.18.0.0/24"},
+		{&v1alpha1.SharedPoolFamily{Subnet: "172.18.0.0/24", IPs: []string{"172.18.0.5"}, Gateway: "172.18.0.255"}, "spec.ipv4.gateway: 172.18.0.255 is the broadcast address of 172.18.0.0/24"},
+		{&v1alpha1.SharedPoolFamily{Subnet: "172.18.0.0/24", IPs: []string{"172.18.0.5"}, Gateway: "172.18.0.1", Routes: []v1alpha1.RouteSpec{{Dst: "fd00::/8"}}}, "spec.ipv4.routes[0].dst: \"fd00::/8\" is not an IPv4 CIDR"},
 		{&v1alpha1.SharedPoolFamily{Subnet: "172.18.0.0/24", IPs: []string{"172.18.0.5"}, ExcludeIPs: []string{"x"}}, "spec.ipv4.excludeIPs[0]"},
 	} {
 		p := pool("p", 0, tc.f, nil)
@@ -76,6 +79,17 @@ func TestResolveErrorsNameTheField(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("Resolve(%+v) = %v, want %q", tc.f, err, tc.want)
 		}
+	}
+}
+
+func TestResolveIPv6GatewayNotSubnetRouter(t *testing.T) {
+	p := pool("p", 0, nil, &v1alpha1.SharedPoolFamily{Subnet: "fd00:1::/64", IPs: []string{"fd00:1::5"}, Gateway: "fd00:1::"})
+	if _, err := Resolve(&p, Reserved{}); err == nil || !strings.Contains(err.Error(), "spec.ipv6.gateway: fd00:1:: is the network address of fd00:1::/64") {
+		t.Errorf("Resolve = %v, want the spec.ipv6.gateway network-address error", err)
+	}
+	p = pool("p", 0, nil, &v1alpha1.SharedPoolFamily{Subnet: "fd00:1::/64", IPs: []string{"fd00:1::5"}, Gateway: "fd00:1::ffff:ffff:ffff:ffff"})
+	if _, err := Resolve(&p, Reserved{}); err != nil {
+		t.Errorf("IPv6 has no broadcast address: Resolve = %v", err)
 	}
 }
 

@@ -71,6 +71,12 @@ type AddressHolder struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
 	StatefulSet string `json:"statefulSet,omitempty"`
+	// VirtualMachine names the KubeVirt VirtualMachine (or VirtualMachineInstance) whose
+	// virt-launcher pod this is: the address then belongs to the VM, outlives the pod and
+	// goes to the VM's next virt-launcher pod (restart, live migration).
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	VirtualMachine string `json:"virtualMachine,omitempty"`
 	// Network is the CNI network the interface was set up for (CNI GC is per network).
 	// +optional
 	// +kubebuilder:validation:MaxLength=253

@@ -37,6 +37,11 @@ type AllotEndpointSpec struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
 	StatefulSet string `json:"statefulSet,omitempty"`
+	// VirtualMachine names the KubeVirt VirtualMachine whose addresses these are; the
+	// endpoint is then named after the VM, not the pod, and outlives the VM's pods.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	VirtualMachine string `json:"virtualMachine,omitempty"`
 	// Interfaces are the pod's interfaces with shared-pool addresses.
 	// +optional
 	// +listType=map

@@ -70,6 +70,10 @@ type IPPoolSpec struct {
 }
 
 // PoolFamily is one address family of a pool.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.gateway) || !isIP(self.gateway) || self.cidrs.exists(c, isCIDR(c) && cidr(c).containsIP(self.gateway))",message="gateway must lie inside one of cidrs",fieldPath=".gateway"
+// +kubebuilder:validation:XValidation:rule="!has(self.gateway) || !isIP(self.gateway) || !self.cidrs.exists(c, isCIDR(c) && cidr(c).ip() == ip(self.gateway))",message="gateway must not be the network address of a CIDR",fieldPath=".gateway"
+// +kubebuilder:validation:XValidation:rule="has(self.gateway) == has(oldSelf.gateway) && (!has(self.gateway) || self.gateway == oldSelf.gateway)",message="gateway is immutable (the node block holding it reserves it); create a new pool instead",fieldPath=".gateway"
 type PoolFamily struct {
 	// CIDRs the pool hands blocks out of. CIDRs may be added at run time; a CIDR some node
 	// holds a block of cannot be removed.
@@ -82,6 +86,22 @@ type PoolFamily struct {
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=128
 	MaskSize int32 `json:"maskSize"`
+	// Gateway, when set, is the router of the family's network (Spiderpool's pool
+	// `gateway`): pods get it as their gateway and default route instead of their block's
+	// first usable address, and their address with the prefix length of the pool CIDR that
+	// holds it (the gateway is on-link). It must lie inside one of CIDRs and be neither its
+	// network nor its broadcast address; it is never handed to a pod. Immutable once set
+	// (the block holding it reserves it).
+	// +optional
+	// +kubebuilder:validation:MaxLength=45
+	// +kubebuilder:validation:XValidation:rule="isIP(self)",message="must be an IP address"
+	Gateway string `json:"gateway,omitempty"`
+	// Routes are extra routes pods of this family get (Spiderpool's pool `routes`); a route
+	// without gw goes via the pod's gateway (Gateway, else the block's).
+	// +optional
+	// +kubebuilder:validation:MaxItems=32
+	// +listType=atomic
+	Routes []RouteSpec `json:"routes,omitempty"`
 }
 
 // IPPoolStatus is the pool as the operator sees it.
