@@ -17,6 +17,12 @@ type SharedPoolsGC struct {
 	Grace time.Duration `koanf:"grace"`
 	// Interval is how often the collector scans (default 10 s).
 	Interval time.Duration `koanf:"interval"`
+	// StatelessTerminatingPodOnReadyNode and StatelessTerminatingPodOnNotReadyNode free the
+	// addresses of a pod stuck Terminating past its grace period on a Ready / not Ready node
+	// (Spiderpool's enableGCStatelessTerminatingPodOnReadyNode / ...OnNotReadyNode; default
+	// true). StatefulSet and KubeVirt VM pods keep their addresses.
+	StatelessTerminatingPodOnReadyNode    *bool `koanf:"statelessTerminatingPodOnReadyNode"`
+	StatelessTerminatingPodOnNotReadyNode *bool `koanf:"statelessTerminatingPodOnNotReadyNode"`
 }
 
 // SharedPoolsWebhook configures the operator's admission webhook for SharedIPPool and

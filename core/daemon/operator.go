@@ -280,7 +280,9 @@ func (d *OperatorDaemon) healthHandler() http.Handler {
 // sharedPoolOperatorOptions maps cluster.sharedPools.gc and .webhook to the operator's
 // shared-pool options.
 func sharedPoolOperatorOptions(sp config.SharedPools) operator.SharedPoolOptions {
-	o := operator.SharedPoolOptions{GCGrace: sp.GC.Grace, GCInterval: sp.GC.Interval}
+	o := operator.SharedPoolOptions{GCGrace: sp.GC.Grace, GCInterval: sp.GC.Interval,
+		GCTerminatingOnReadyNode:    sp.GC.StatelessTerminatingPodOnReadyNode,
+		GCTerminatingOnNotReadyNode: sp.GC.StatelessTerminatingPodOnNotReadyNode}
 	if w := sp.Webhook; w.Enabled {
 		o.Webhook = operator.WebhookOptions{
 			Address: w.Address, CertDir: w.CertDir, Hosts: w.Hosts,

@@ -43,6 +43,13 @@ type SharedPoolOptions struct {
 	// SubnetResync is how often the SpiderSubnet controller re-checks every AllotSubnet's
 	// pools against their workloads (default 10 s).
 	SubnetResync time.Duration
+	// GCTerminatingOnReadyNode and GCTerminatingOnNotReadyNode free the addresses of a
+	// pod stuck Terminating past its grace period (deletionTimestamp plus
+	// deletionGracePeriodSeconds) whose node is Ready, or not Ready (Spiderpool's
+	// enableGCStatelessTerminatingPodOnReadyNode and ...OnNotReadyNode). StatefulSet and
+	// KubeVirt VM pods keep theirs. nil means true (Spiderpool's default).
+	GCTerminatingOnReadyNode    *bool
+	GCTerminatingOnNotReadyNode *bool
 	// Webhook is the admission webhook (off unless Webhook.Address is set). It runs on every
 	// replica, leader or not, so a standby answers too.
 	Webhook WebhookOptions
@@ -66,6 +73,12 @@ func (o *SharedPoolOptions) defaults() error {
 	}
 	if o.SubnetResync == 0 {
 		o.SubnetResync = DefaultSubnetResync
+	}
+	for _, b := range []**bool{&o.GCTerminatingOnReadyNode, &o.GCTerminatingOnNotReadyNode} {
+		if *b == nil {
+			t := true
+			*b = &t
+		}
 	}
 	return o.Webhook.defaults()
 }
@@ -196,6 +209,8 @@ const (
 	gcNodeGone       = "node_gone"
 	gcStsGone        = "statefulset_gone"
 	gcStsScaledDown  = "statefulset_scaled_down"
+	gcTerminating    = "pod_terminating_overdue"
+	gcVMGone         = "virtualmachine_gone"
 	gcDuplicate      = "duplicate"
 	gcKindClaim      = "addressclaim"
 	gcKindEndpoint   = "allotendpoint"

@@ -13,6 +13,9 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -75,6 +78,8 @@ func (g *sharedGC) Start(ctx context.Context) error {
 // gcHolder is the pod an AddressClaim or AllotEndpoint says holds it.
 type gcHolder struct {
 	ns, pod, uid, node, sts string
+	// vm is the KubeVirt VirtualMachine that owns the addresses (then the pod does not).
+	vm string
 }
 
 func (h gcHolder) String() string { return h.ns + "/" + h.pod }
@@ -95,18 +100,67 @@ func claimItem(c *allotv1.AddressClaim) *gcItem {
 	h := c.Spec.Holder
 	a, _ := netip.ParseAddr(c.Spec.IP)
 	return &gcItem{kind: gcKindClaim, key: "claim/" + c.Name, obj: c,
-		h:     gcHolder{ns: h.Namespace, pod: h.Pod, uid: h.PodUID, node: h.Node, sts: h.StatefulSet},
+		h:     gcHolder{ns: h.Namespace, pod: h.Pod, uid: h.PodUID, node: h.Node, sts: h.StatefulSet, vm: h.VirtualMachine},
 		iface: h.Interface, addr: a.Unmap(), pool: c.Spec.Pool}
 }
 
 func endpointItem(e *allotv1.AllotEndpoint) *gcItem {
 	return &gcItem{kind: gcKindEndpoint, key: "aep/" + e.Namespace + "/" + e.Name, obj: e,
-		h: gcHolder{ns: e.Namespace, pod: e.Name, uid: e.Spec.PodUID, node: e.Spec.Node, sts: e.Spec.StatefulSet}}
+		h: gcHolder{ns: e.Namespace, pod: e.Name, uid: e.Spec.PodUID, node: e.Spec.Node, sts: e.Spec.StatefulSet, vm: e.Spec.VirtualMachine}}
 }
 
 // gcView answers the collector's questions from a reader: the cache for the scan, the API
 // server itself for the final check. Not found is (nil, nil).
-type gcView struct{ r client.Reader }
+type gcView struct {
+	r client.Reader
+	// direct reads KubeVirt objects (always from the API server: the operator caches no
+	// KubeVirt kind, which may not even be installed).
+	direct client.Reader
+	pol    gcPolicy
+}
+
+// gcPolicy are the collector's settings that change a verdict.
+type gcPolicy struct {
+	now func() time.Time // nil: time.Now
+	// terminatingReady / terminatingNotReady: free pods stuck Terminating past their grace
+	// period on a Ready / not Ready node (SharedPoolOptions.GCTerminatingOn...).
+	terminatingReady, terminatingNotReady bool
+}
+
+func (op *operator) gcView(r client.Reader) gcView {
+	o := op.opts.SharedPools
+	return gcView{r: r, direct: op.reader, pol: gcPolicy{
+		terminatingReady:    o.GCTerminatingOnReadyNode == nil || *o.GCTerminatingOnReadyNode,
+		terminatingNotReady: o.GCTerminatingOnNotReadyNode == nil || *o.GCTerminatingOnNotReadyNode,
+	}}
+}
+
+// terminatingOverdue says whether pod is being deleted and is past its grace period:
+// deletionTimestamp (the time the kubelet was given to stop it) plus the grace period
+// again, as Spiderpool waits, so a pod whose kubelet is merely slow is not cut short.
+func (p gcPolicy) terminatingOverdue(pod *corev1.Pod) bool {
+	if pod.DeletionTimestamp == nil {
+		return false
+	}
+	deadline := pod.DeletionTimestamp.Time
+	if g := pod.DeletionGracePeriodSeconds; g != nil && *g > 0 {
+		deadline = deadline.Add(time.Duration(*g) * time.Second)
+	}
+	now := time.Now
+	if p.now != nil {
+		now = p.now
+	}
+	return now().After(deadline)
+}
+
+func nodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
 
 func getOrNil[T any, PT interface {
 	*T
@@ -130,9 +184,37 @@ func (v gcView) statefulSet(ctx context.Context, ns, name string) (*appsv1.State
 	return getOrNil[appsv1.StatefulSet](ctx, v.r, ns, name)
 }
 
-func (v gcView) nodeExists(ctx context.Context, name string) (bool, error) {
-	n, err := getOrNil[corev1.Node](ctx, v.r, "", name)
-	return n != nil, err
+func (v gcView) node(ctx context.Context, name string) (*corev1.Node, error) {
+	return getOrNil[corev1.Node](ctx, v.r, "", name)
+}
+
+// KubeVirt's kinds (https://kubevirt.io/api-reference/): a VirtualMachine owns the
+// VirtualMachineInstance of the same name, which owns the virt-launcher pod.
+var (
+	gvkVM  = schema.GroupVersionKind{Group: "kubevirt.io", Version: "v1", Kind: "VirtualMachine"}
+	gvkVMI = schema.GroupVersionKind{Group: "kubevirt.io", Version: "v1", Kind: "VirtualMachineInstance"}
+)
+
+// vmGone says whether neither a VirtualMachine nor a VirtualMachineInstance named name
+// exists in ns. KubeVirt not installed (no such kind) counts as gone: no VM can exist.
+func (v gcView) vmGone(ctx context.Context, ns, name string) (bool, error) {
+	r := v.direct
+	if r == nil {
+		r = v.r
+	}
+	for _, gvk := range []schema.GroupVersionKind{gvkVM, gvkVMI} {
+		obj := &metav1.PartialObjectMetadata{}
+		obj.SetGroupVersionKind(gvk)
+		err := r.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, obj)
+		switch {
+		case err == nil:
+			return false, nil
+		case apierrors.IsNotFound(err) || meta.IsNoMatchError(err):
+		default:
+			return false, fmt.Errorf("read %s %s/%s: %w", gvk.Kind, ns, name, err)
+		}
+	}
+	return true, nil
 }
 
 func (v gcView) endpoint(ctx context.Context, ns, name string) (*allotv1.AllotEndpoint, error) {
@@ -143,6 +225,15 @@ func (v gcView) endpoint(ctx context.Context, ns, name string) (*allotv1.AllotEn
 func (v gcView) holderGone(ctx context.Context, h gcHolder) (string, error) {
 	if h.ns == "" || h.pod == "" {
 		return "", nil // not written by an agent: never guess
+	}
+	if h.vm != "" {
+		// A VM's addresses outlive its virt-launcher pods (restart, live migration): they
+		// go when the VM does (Spiderpool's kubevirt static IP).
+		gone, err := v.vmGone(ctx, h.ns, h.vm)
+		if err != nil || !gone {
+			return "", err
+		}
+		return gcVMGone, nil
 	}
 	pod, err := v.pod(ctx, h.ns, h.pod)
 	if err != nil {
@@ -191,17 +282,26 @@ func (v gcView) holderGone(ctx context.Context, h gcHolder) (string, error) {
 	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 		return gcPodTerminated, nil
 	}
-	node := pod.Spec.NodeName
-	if node == "" {
-		node = h.node
+	name := pod.Spec.NodeName
+	if name == "" {
+		name = h.node
 	}
-	if node != "" {
-		ok, err := v.nodeExists(ctx, node)
-		if err != nil {
+	var node *corev1.Node
+	if name != "" {
+		if node, err = v.node(ctx, name); err != nil {
 			return "", err
 		}
-		if !ok {
+		if node == nil {
 			return gcNodeGone, nil
+		}
+	}
+	// A pod stuck Terminating (its node down or NotReady, its kubelet gone) never gets a
+	// CNI DEL: Spiderpool's GC of stateless terminating pods. StatefulSet pods returned
+	// above: their addresses stay fixed.
+	if v.pol.terminatingOverdue(pod) && !ownedByStatefulSet(pod) {
+		ready := node != nil && nodeReady(node)
+		if (ready && v.pol.terminatingReady) || (!ready && v.pol.terminatingNotReady) {
+			return gcTerminating, nil
 		}
 	}
 	return "", nil
@@ -354,7 +454,7 @@ func (g *sharedGC) scan(ctx context.Context) error {
 		eis = append(eis, it)
 		items[it.key] = it
 	}
-	stale, err := gcView{op.client}.judge(ctx, cis, eis)
+	stale, err := op.gcView(op.client).judge(ctx, cis, eis)
 	if err != nil {
 		return err
 	}
@@ -405,7 +505,7 @@ func (g *sharedGC) scan(ctx context.Context) error {
 // free re-checks it against the API server and deletes it with preconditions.
 func (g *sharedGC) free(ctx context.Context, it *gcItem) {
 	op := g.op
-	direct := gcView{op.reader}
+	direct := op.gcView(op.reader)
 	var reason string
 	var err error
 	if it.kind == gcKindClaim {
@@ -495,6 +595,10 @@ func gcReasonText(r string) string {
 		return "the StatefulSet was scaled down below this ordinal and the pod is gone"
 	case gcDuplicate:
 		return "a duplicate claim of the interface its endpoint does not list"
+	case gcTerminating:
+		return "the pod is stuck Terminating past its grace period"
+	case gcVMGone:
+		return "the KubeVirt VirtualMachine (and its VirtualMachineInstance) no longer exists"
 	}
 	return r
 }

@@ -382,3 +382,54 @@ func TestSharedGCRace(t *testing.T) {
 		t.Fatalf("%v claims freed; want 0", got)
 	}
 }
+
+// TestSharedGCTerminating: pods stuck Terminating past their grace period (no kubelet
+// confirms the delete, as when their node is down) lose their addresses, on a Ready and on a
+// NotReady node (Spiderpool's GC of stateless terminating pods); a StatefulSet pod stuck the
+// same way, and a pod still within its grace period, keep theirs.
+func TestSharedGCTerminating(t *testing.T) {
+	h := newHarness(t)
+	ready, notReady := node("ready"), node("notready")
+	h.create(ready, notReady, sharedPool("p", "10.1.0.0/24", "10.1.0.10-10.1.0.250"))
+	for n, st := range map[*corev1.Node]corev1.ConditionStatus{ready: corev1.ConditionTrue, notReady: corev1.ConditionFalse} {
+		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: st, Reason: "Test", LastHeartbeatTime: metav1.Now()}}
+		if err := h.c.Status().Update(h.ctx, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := h.run("op", sharedOpts)
+	r.waitLeader(t, waitFor)
+
+	onReady := h.pod("on-ready", "ready", nil)
+	onReadyC := h.claim("10.1.0.10", "p", onReady, "eth0", "")
+	onReadyE := h.endpoint(onReady, "", map[string][]string{"eth0": {"10.1.0.10"}})
+	onNotReady := h.pod("on-notready", "notready", nil)
+	onNotReadyC := h.claim("10.1.0.11", "p", onNotReady, "eth0", "")
+	web := h.statefulSet("web", 1)
+	web0 := h.pod("web-0", "notready", web)
+	webC := h.claim("10.1.0.12", "p", web0, "eth0", "web")
+	webE := h.endpoint(web0, "web", map[string][]string{"eth0": {"10.1.0.12"}})
+	patient := h.pod("patient", "notready", nil)
+	patientC := h.claim("10.1.0.13", "p", patient, "eth0", "")
+
+	// Bound pods stay Terminating until a kubelet confirms; none runs here.
+	for o, grace := range map[*corev1.Pod]int64{onReady: 1, onNotReady: 1, web0: 1, patient: 3600} {
+		if err := h.c.Delete(h.ctx, o, client.GracePeriodSeconds(grace)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !h.exists(onReady) || onReady.DeletionTimestamp == nil {
+		t.Fatalf("pod %s is not Terminating: %+v", onReady.Name, onReady.ObjectMeta)
+	}
+	overdue := onReady.DeletionTimestamp.Add(time.Second) // deletionTimestamp + the grace period again
+	h.waitGone("terminating pods' claims and endpoint freed", onReadyC, onReadyE, onNotReadyC)
+	if now := time.Now(); now.Before(overdue.Add(testGrace)) {
+		t.Errorf("freed at %v: before deletionTimestamp + grace period (%v) + GC grace %v", now, overdue, testGrace)
+	}
+	// Judged in the same scans as the freed ones.
+	h.mustExist("StatefulSet pod and pod within its grace period", webC, webE, patientC)
+	if got := metricValue(t, r, "allot_operator_shared_claims_freed_total", "reason", "pod_terminating_overdue"); got != 2 {
+		t.Errorf("claims freed as terminating: %v; want 2", got)
+	}
+	h.waitEvent(waitFor, "p", "AddressFreed", "10.1.0.10 held by default/on-ready")
+}

@@ -90,7 +90,67 @@ func TestHolderGone(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c := fake.NewClientBuilder().WithScheme(allotk8s.NewScheme()).WithObjects(tt.objs...).Build()
-			got, err := gcView{c}.holderGone(context.Background(), tt.h)
+			got, err := gcView{r: c}.holderGone(context.Background(), tt.h)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tt.want {
+				t.Errorf("holderGone = %q; want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+// terminating is pod deleted at del with a grace period of grace seconds, as the API server
+// leaves a pod whose kubelet never confirms (deletionTimestamp = delete time + grace).
+func terminating(p *corev1.Pod, del time.Time, grace int64) *corev1.Pod {
+	p.DeletionTimestamp = &metav1.Time{Time: del.Add(time.Duration(grace) * time.Second)}
+	p.DeletionGracePeriodSeconds = &grace
+	p.Finalizers = []string{"test/keep"} // the fake client refuses a deleted object without one
+	return p
+}
+
+func readyNode(name string, ready corev1.ConditionStatus) *corev1.Node {
+	n := node(name)
+	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: ready}}
+	return n
+}
+
+// TestHolderGoneTerminating: Spiderpool's GC of stateless pods stuck Terminating, per node
+// readiness and per setting; StatefulSet pods and pods within their grace period keep.
+func TestHolderGoneTerminating(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	h := gcHolder{ns: "ns", pod: "a", uid: "u1", node: "n1"}
+	long := now.Add(-2 * time.Minute) // deleted two minutes ago, 30 s grace: overdue for a minute
+	tests := []struct {
+		name                string
+		objs                []client.Object
+		h                   gcHolder
+		onReady, onNotReady bool
+		want                string
+	}{
+		{"overdue on a Ready node", []client.Object{terminating(pod("ns", "a", "u1", "n1", corev1.PodRunning, ""), long, 30), readyNode("n1", corev1.ConditionTrue)},
+			h, true, true, gcTerminating},
+		{"overdue on a NotReady node", []client.Object{terminating(pod("ns", "a", "u1", "n1", corev1.PodRunning, ""), long, 30), readyNode("n1", corev1.ConditionFalse)},
+			h, true, true, gcTerminating},
+		{"overdue on a node without status (not Ready)", []client.Object{terminating(pod("ns", "a", "u1", "n1", corev1.PodRunning, ""), long, 30), node("n1")},
+			h, false, true, gcTerminating},
+		{"overdue on a Ready node, setting off: keep", []client.Object{terminating(pod("ns", "a", "u1", "n1", corev1.PodRunning, ""), long, 30), readyNode("n1", corev1.ConditionTrue)},
+			h, false, true, ""},
+		{"overdue on a NotReady node, setting off: keep", []client.Object{terminating(pod("ns", "a", "u1", "n1", corev1.PodRunning, ""), long, 30), readyNode("n1", corev1.ConditionUnknown)},
+			h, true, false, ""},
+		{"within deletionTimestamp + grace: keep", []client.Object{terminating(pod("ns", "a", "u1", "n1", corev1.PodRunning, ""), now.Add(-40*time.Second), 30), readyNode("n1", corev1.ConditionFalse)},
+			h, true, true, ""},
+		{"StatefulSet pod overdue: keep", []client.Object{sts("ns", "web", 3, 0), terminating(pod("ns", "web-0", "u1", "n1", corev1.PodRunning, "web"), long, 30), readyNode("n1", corev1.ConditionFalse)},
+			gcHolder{ns: "ns", pod: "web-0", uid: "u1", node: "n1", sts: "web"}, true, true, ""},
+		{"StatefulSet-owned pod, holder without sts: keep", []client.Object{terminating(pod("ns", "a", "u1", "n1", corev1.PodRunning, "web"), long, 30), readyNode("n1", corev1.ConditionFalse)},
+			h, true, true, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := fake.NewClientBuilder().WithScheme(allotk8s.NewScheme()).WithObjects(tt.objs...).Build()
+			v := gcView{r: c, pol: gcPolicy{now: func() time.Time { return now }, terminatingReady: tt.onReady, terminatingNotReady: tt.onNotReady}}
+			got, err := v.holderGone(context.Background(), tt.h)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -139,7 +199,7 @@ func TestDuplicates(t *testing.T) {
 		return out
 	}
 	c := fake.NewClientBuilder().WithScheme(allotk8s.NewScheme()).WithObjects(ep).Build()
-	v := gcView{c}
+	v := gcView{r: c}
 	got, err := v.duplicates(context.Background(), items(
 		claimFor("10.0.0.2", "p", "ns", "a", "u1", "eth0"),
 		claimFor("10.0.0.3", "p", "ns", "a", "u1", "eth0"),
