@@ -29,6 +29,8 @@ type SharedOptions struct {
 	// make them queue behind each other.
 	QPS   float32
 	Burst int
+	// DisableKubeVirt treats virt-launcher pods as any pod (sharedpool.Options).
+	DisableKubeVirt bool
 }
 
 // sharedCacheObjects adds the shared kinds to the informer cache's objects.
@@ -61,14 +63,15 @@ func (a *Agent) newShared() (*sharedpool.Allocator, error) {
 		return nil, fmt.Errorf("agent: shared pools client: %w", err)
 	}
 	return sharedpool.New(sharedpool.Options{
-		Node:          a.opts.NodeName,
-		Client:        c,
-		Policy:        so.Policy,
-		PolicyTimeout: so.PolicyTimeout,
-		PodContext:    a.PodContext,
-		Registerer:    a.opts.Registerer,
-		Logger:        a.log.With("component", "shared-pools"),
-		Now:           a.opts.Now,
+		Node:            a.opts.NodeName,
+		Client:          c,
+		Policy:          so.Policy,
+		PolicyTimeout:   so.PolicyTimeout,
+		PodContext:      a.PodContext,
+		Registerer:      a.opts.Registerer,
+		Logger:          a.log.With("component", "shared-pools"),
+		Now:             a.opts.Now,
+		DisableKubeVirt: so.DisableKubeVirt,
 	})
 }
 

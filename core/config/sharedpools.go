@@ -13,6 +13,10 @@ type SharedPools struct {
 	// DEL, CHECK and GC go to the shared-pool allocator, whose pool policy is
 	// policy.networks.<name> when configured, else spiderpool-priority.
 	Networks []string `koanf:"networks"`
+	// KubevirtStaticIP gives a KubeVirt VM's virt-launcher pods the VM's addresses: they
+	// belong to the VirtualMachine, outlive its pods (restart, live migration) and are freed
+	// with it (Spiderpool's ipam.enableKubevirtStaticIP). nil means true.
+	KubevirtStaticIP *bool `koanf:"kubevirtStaticIP"`
 
 	// --- operator (sharedpools_operator.go) ---
 

@@ -21,6 +21,7 @@ func sharedOptions(cfg *config.Config, plugins *Plugins) *agent.SharedOptions {
 	if len(cfg.Cluster.SharedPools.Networks) == 0 {
 		return nil
 	}
+	kv := cfg.Cluster.SharedPools.KubevirtStaticIP
 	return &agent.SharedOptions{
 		// A network with its own chain in policy.networks uses it; the others get the
 		// allocator's default, spiderpool-priority (the agent's default chain,
@@ -31,7 +32,8 @@ func sharedOptions(cfg *config.Config, plugins *Plugins) *agent.SharedOptions {
 			}
 			return nil
 		},
-		PolicyTimeout: cfg.Policy.Timeout,
+		PolicyTimeout:   cfg.Policy.Timeout,
+		DisableKubeVirt: kv != nil && !*kv,
 	}
 }
 

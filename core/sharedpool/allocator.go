@@ -48,6 +48,10 @@ type Options struct {
 	Logger     *slog.Logger
 	// Now is the clock (tests).
 	Now func() time.Time
+	// DisableKubeVirt turns off KubeVirt static addresses (on by default, as Spiderpool's
+	// ipam.enableKubevirtStaticIP): a virt-launcher pod (controlled by a kubevirt.io
+	// VirtualMachineInstance) then gets addresses like any pod, instead of its VM's.
+	DisableKubeVirt bool
 
 	// AfterClaim, if set, is called after each claim an ADD creates; an error ends the ADD at
 	// once, with no clean-up, as if the agent had been killed there (tests).
@@ -170,19 +174,64 @@ func unavailable(what string, err error) error {
 type want struct {
 	req    *api.AllocateRequest
 	sts    string // the pod's StatefulSet, if any
+	vm     string // the KubeVirt VM whose virt-launcher pod this is, if any
 	holder v1alpha1.AddressHolder
 }
 
 func (w *want) podKey() string { return podKey(w.req.Pod.Namespace, w.req.Pod.Name) }
 
+// endpointName is the name of the AllotEndpoint recording this interface: the VM's for a
+// virt-launcher pod (every pod of the VM shares it), else the pod's.
+func (w *want) endpointName() string {
+	if w.vm != "" {
+		return w.vm
+	}
+	return w.req.Pod.Name
+}
+
+// fixedOwner says whether ep records addresses this request may take over: its own pod's,
+// an earlier pod of the same StatefulSet and name, or an earlier pod of the same VM.
+func (w *want) fixedOwner(ep *v1alpha1.AllotEndpoint) bool {
+	return ep.Spec.PodUID == w.holder.PodUID || (w.sts != "" && ep.Spec.StatefulSet == w.sts) ||
+		(w.vm != "" && ep.Spec.VirtualMachine == w.vm)
+}
+
 // mayReuse says whether a claim can go to this request's interface without taking it from
-// another pod: the same pod (UID), or an earlier pod of the same StatefulSet under the same
-// name.
+// another pod: the same pod (UID), an earlier pod of the same StatefulSet under the same
+// name, or any other virt-launcher pod of the same VM (a restart, or the target pod of a
+// live migration while the source pod still runs: the VM owns the address, not the pod).
 func (w *want) mayReuse(h v1alpha1.AddressHolder) bool {
-	if h.Namespace != w.holder.Namespace || h.Pod != w.holder.Pod || h.Interface != w.holder.Interface {
+	if h.Namespace != w.holder.Namespace || h.Interface != w.holder.Interface {
+		return false
+	}
+	if w.vm != "" && h.VirtualMachine == w.vm {
+		return true
+	}
+	if h.Pod != w.holder.Pod {
 		return false
 	}
 	return h.PodUID == w.holder.PodUID || (w.sts != "" && h.StatefulSet == w.sts)
+}
+
+// KubeVirt's virt-launcher pods (https://kubevirt.io/user-guide/): controlled by their
+// VirtualMachineInstance, which a VirtualMachine of the same name controls, and labelled
+// with the VM's name.
+const (
+	kindVMI     = "VirtualMachineInstance"
+	labelVMName = "vm.kubevirt.io/name"
+)
+
+// vmOf returns the VM a virt-launcher pod belongs to ("" for other pods): the
+// vm.kubevirt.io/name label, else the name of its VirtualMachineInstance (a VMI created
+// without a VM owns its addresses itself).
+func vmOf(p policy.Pod) string {
+	if p.OwnerKind != kindVMI || p.OwnerName == "" {
+		return ""
+	}
+	if n := p.Labels[labelVMName]; n != "" {
+		return n
+	}
+	return p.OwnerName
 }
 
 // Allocate implements the CNI ADD of one interface (api.Service).
@@ -244,19 +293,25 @@ func (a *Allocator) allocate(ctx context.Context, req *api.AllocateRequest) (*ap
 		w.sts = preq.Pod.OwnerName
 		w.holder.StatefulSet = w.sts
 	}
+	if !a.opts.DisableKubeVirt {
+		w.vm = vmOf(preq.Pod)
+		w.holder.VirtualMachine = w.vm
+	}
 
-	// The pod's endpoint: read it when this may be a repeat, a recovery or a StatefulSet
-	// pod coming back; a new pod of another kind has none, and its Create says so if it does.
+	// The pod's endpoint: read it when this may be a repeat, a recovery, a StatefulSet pod
+	// coming back or a VM's new pod; a new pod of another kind has none, and its Create says
+	// so if it does.
 	var ep *v1alpha1.AllotEndpoint
 	known := a.idx.podClaims(req.Pod.Namespace, req.Pod.Name)
-	if w.sts != "" || len(known) > 0 {
-		if ep, err = a.getEndpoint(ctx, req.Pod.Namespace, req.Pod.Name); err != nil {
-			return nil, unavailable("read AllotEndpoint "+w.podKey(), err)
+	if w.sts != "" || w.vm != "" || len(known) > 0 {
+		if ep, err = a.getEndpoint(ctx, req.Pod.Namespace, w.endpointName()); err != nil {
+			return nil, unavailable("read AllotEndpoint "+req.Pod.Namespace+"/"+w.endpointName(), err)
 		}
 	}
 
-	// A StatefulSet pod recreated under the same name takes its endpoint's addresses back.
-	takeBack := w.sts != "" && ep != nil && ep.Spec.PodUID != w.holder.PodUID
+	// A StatefulSet pod recreated under the same name, or a VM's next virt-launcher pod,
+	// takes its endpoint's addresses back.
+	takeBack := (w.sts != "" || w.vm != "") && ep != nil && ep.Spec.PodUID != w.holder.PodUID
 	held, err := a.reuse(ctx, w, ep, known)
 	if err != nil {
 		return nil, err
@@ -287,7 +342,7 @@ func (a *Allocator) allocate(ctx context.Context, req *api.AllocateRequest) (*ap
 	alloc, iface := a.allocationOf(w, held)
 	if err := a.writeEndpoint(wctx, w, ep, iface); err != nil {
 		// The claims stay: a retry of the ADD finds and reuses them.
-		return nil, unavailable("write AllotEndpoint "+w.podKey(), err)
+		return nil, unavailable("write AllotEndpoint "+req.Pod.Namespace+"/"+w.endpointName(), err)
 	}
 	a.log.Debug("shared allocation", "pod", w.podKey(), "interface", req.Owner.IfName, "addresses", ipsOf(alloc))
 	return alloc, nil
@@ -308,7 +363,7 @@ func ipsOf(al *api.Allocation) []string {
 func (a *Allocator) reuse(ctx context.Context, w *want, ep *v1alpha1.AllotEndpoint, known []*v1alpha1.AddressClaim) ([]*v1alpha1.AddressClaim, error) {
 	cands := map[string]*v1alpha1.AddressClaim{}
 	var order []string
-	if ep != nil && (ep.Spec.PodUID == w.holder.PodUID || (w.sts != "" && ep.Spec.StatefulSet == w.sts)) {
+	if ep != nil && w.fixedOwner(ep) {
 		for _, it := range ep.Spec.Interfaces {
 			if it.Interface != w.holder.Interface {
 				continue
@@ -410,7 +465,7 @@ func (a *Allocator) dropUnwanted(ctx context.Context, w *want, preq *policy.PodR
 			keep = append(keep, c)
 			continue
 		}
-		a.log.Info("StatefulSet pod: its last address is from a pool its pool policy no longer chooses; allocating anew",
+		a.log.Info("StatefulSet or VM pod: its last address is from a pool its pool policy no longer chooses; allocating anew",
 			"pod", w.podKey(), "interface", w.holder.Interface, "address", c.Spec.IP, "pool", c.Spec.Pool)
 		holder := c.Spec.Holder
 		if err := a.deleteClaim(wctx, c, func(h v1alpha1.AddressHolder) bool { return h == holder }); err != nil {

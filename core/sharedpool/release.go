@@ -37,21 +37,21 @@ func (a *Allocator) getEndpoint(ctx context.Context, ns, name string) (*v1alpha1
 // StatefulSet sibling is replaced.
 func (a *Allocator) writeEndpoint(ctx context.Context, w *want, ep *v1alpha1.AllotEndpoint, it v1alpha1.EndpointInterface) error {
 	mutate := func(e *v1alpha1.AllotEndpoint) {
-		if e.Spec.PodUID != w.holder.PodUID && (w.sts == "" || e.Spec.StatefulSet != w.sts) {
+		if !w.fixedOwner(e) {
 			e.Spec.Interfaces = nil
 		}
-		e.Spec.PodUID, e.Spec.Node, e.Spec.StatefulSet = w.holder.PodUID, a.opts.Node, w.sts
+		e.Spec.PodUID, e.Spec.Node, e.Spec.StatefulSet, e.Spec.VirtualMachine = w.holder.PodUID, a.opts.Node, w.sts, w.vm
 		e.Spec.Interfaces = slices.DeleteFunc(e.Spec.Interfaces, func(x v1alpha1.EndpointInterface) bool { return x.Interface == it.Interface })
 		e.Spec.Interfaces = append(e.Spec.Interfaces, it)
 		slices.SortFunc(e.Spec.Interfaces, func(x, y v1alpha1.EndpointInterface) int { return strings.Compare(x.Interface, y.Interface) })
-		if w.sts == "" {
+		if w.sts == "" && w.vm == "" {
 			// Goes with the pod: the API server's garbage collector removes it with the pod.
 			e.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: w.holder.Pod, UID: types.UID(w.holder.PodUID)}}
 		} else {
-			e.OwnerReferences = nil // outlives the pod (the operator's GC frees it with the StatefulSet)
+			e.OwnerReferences = nil // outlives the pod (the operator's GC frees it with the StatefulSet or VM)
 		}
 	}
-	key := types.NamespacedName{Namespace: w.holder.Namespace, Name: w.holder.Pod}
+	key := types.NamespacedName{Namespace: w.holder.Namespace, Name: w.endpointName()}
 	for attempt := 0; attempt < 8; attempt++ {
 		if ep == nil {
 			n := &v1alpha1.AllotEndpoint{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
@@ -173,15 +173,17 @@ func (a *Allocator) release(ctx context.Context, req *api.ReleaseRequest) error 
 	defer done()
 	mine = a.ownerClaims(req.Owner, pod)
 	for _, c := range mine {
-		if c.Spec.Holder.StatefulSet != "" {
-			a.log.Debug("DEL of a StatefulSet pod keeps its addresses", "owner", req.Owner.String(), "pod", pod.Namespace+"/"+pod.Name)
+		if c.Spec.Holder.StatefulSet != "" || c.Spec.Holder.VirtualMachine != "" {
+			// The VM's addresses stay for its next pod (restart, migration) until the VM
+			// is deleted; the operator's GC frees them then.
+			a.log.Debug("DEL of a StatefulSet or VM pod keeps its addresses", "owner", req.Owner.String(), "pod", pod.Namespace+"/"+pod.Name)
 			return nil
 		}
 	}
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.opts.WriteTimeout)
 	defer cancel()
 	match := func(h v1alpha1.AddressHolder) bool {
-		return h.ContainerID == req.Owner.ContainerID && h.Interface == req.Owner.IfName && h.StatefulSet == ""
+		return h.ContainerID == req.Owner.ContainerID && h.Interface == req.Owner.IfName && h.StatefulSet == "" && h.VirtualMachine == ""
 	}
 	var errs []error
 	for _, c := range mine {
@@ -275,7 +277,7 @@ func (a *Allocator) GC(ctx context.Context, req *api.GCRequest) (*api.GCResponse
 	for _, c := range a.idx.nodeClaims(a.opts.Node) {
 		h := c.Spec.Holder
 		o := api.Owner{ContainerID: h.ContainerID, IfName: h.Interface}
-		if valid[o] || h.StatefulSet != "" || c.CreationTimestamp.IsZero() || !c.CreationTimestamp.Time.Before(began) {
+		if valid[o] || h.StatefulSet != "" || h.VirtualMachine != "" || c.CreationTimestamp.IsZero() || !c.CreationTimestamp.Time.Before(began) {
 			continue
 		}
 		if h.Network != "" && h.Network != req.Network {
