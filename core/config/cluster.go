@@ -70,6 +70,9 @@ type Cluster struct {
 	LeaderElection LeaderElection `koanf:"leaderElection"`
 	// DisableMultiPool turns off the IPPool/AllotNode controller (on by default).
 	DisableMultiPool bool `koanf:"disableMultiPool"`
+	// AutoCreatePools are IPPools the operator creates when it starts leading, if absent
+	// (Cilium's autoCreateCiliumPodIPPools; autopools.go).
+	AutoCreatePools []AutoCreatePool `koanf:"autoCreatePools"`
 	// ClusterCIDRConfig turns on the controller that writes Node.spec.podCIDRs from
 	// ClusterCIDRConfigs (off by default).
 	ClusterCIDRConfig bool `koanf:"clusterCIDRConfig"`
@@ -439,6 +442,7 @@ func (c *Config) validateCluster() []error {
 		add("ipam", "%q is not one of %q, %q", cl.IPAM, IPAMMultiPool, IPAMKubernetes)
 	}
 	errs = append(errs, c.validateENI()...)
+	errs = append(errs, c.validateAutoCreatePools()...)
 	errs = append(errs, c.validateSharedPools()...)
 	errs = append(errs, c.validateSharedPoolsOperator()...)
 	if cl.Workers < 0 || cl.Workers > 256 {

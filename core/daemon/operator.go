@@ -13,6 +13,7 @@ import (
 
 	"github.com/allot-ipam/allot/core/config"
 	"github.com/allot-ipam/allot/core/eni"
+	allotv1 "github.com/allot-ipam/allot/core/k8s/apis/allot/v1alpha1"
 	"github.com/allot-ipam/allot/core/operator"
 	"github.com/allot-ipam/allot/core/pluginhost"
 	cloudbackends "github.com/allot-ipam/allot/plugins/cloud"
@@ -20,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // OperatorDaemon is allotd in operator mode: core/operator (leader-elected on a Lease) plus
@@ -60,6 +62,7 @@ func NewOperator(cfg *config.Config, log *slog.Logger) (*OperatorDaemon, error) 
 		Logger:            log,
 		Registry:          d.reg,
 		DisableMultiPool:  cfg.Cluster.DisableMultiPool,
+		AutoCreatePools:   autoCreatePools(cfg.Cluster.AutoCreatePools),
 		ClusterCIDRConfig: cfg.Cluster.ClusterCIDRConfig,
 		ClusterPodCIDRs:   podCIDRs,
 		LeaseDuration:     le.LeaseDuration,
@@ -292,4 +295,21 @@ func sharedPoolOperatorOptions(sp config.SharedPools) operator.SharedPoolOptions
 		}
 	}
 	return o
+}
+
+// autoCreatePools maps cluster.autoCreatePools (validated) to the IPPools the operator
+// creates when absent.
+func autoCreatePools(in []config.AutoCreatePool) []allotv1.IPPool {
+	var out []allotv1.IPPool
+	fam := func(f *config.AutoCreateFamily) *allotv1.PoolFamily {
+		if f == nil {
+			return nil
+		}
+		return &allotv1.PoolFamily{CIDRs: slices.Clone(f.CIDRs), MaskSize: int32(f.MaskSize)}
+	}
+	for _, p := range in {
+		out = append(out, allotv1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: p.Name},
+			Spec: allotv1.IPPoolSpec{IPv4: fam(p.IPv4), IPv6: fam(p.IPv6)}})
+	}
+	return out
 }

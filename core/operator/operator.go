@@ -50,6 +50,7 @@ import (
 
 	"github.com/allot-ipam/allot/core/eni"
 	allotk8s "github.com/allot-ipam/allot/core/k8s"
+	allotv1 "github.com/allot-ipam/allot/core/k8s/apis/allot/v1alpha1"
 	nodelabels "github.com/allot-ipam/allot/plugins/policy/node-labels"
 	"github.com/allot-ipam/allot/sdk/policy"
 )
@@ -85,6 +86,10 @@ type Options struct {
 
 	// DisableMultiPool turns off the IPPool/AllotNode controller (on by default).
 	DisableMultiPool bool
+	// AutoCreatePools are created, each time this replica starts leading, when no IPPool of
+	// their name exists; an existing one is left as it is (Cilium's
+	// autoCreateCiliumPodIPPools). Only name and spec are used.
+	AutoCreatePools []allotv1.IPPool
 	// ClusterCIDRConfig turns on the Node controller that writes Node.spec.podCIDRs from
 	// ClusterCIDRConfigs (off by default: it marks every Node no config serves).
 	ClusterCIDRConfig bool
@@ -341,7 +346,10 @@ func (op *operator) lead(ctx context.Context) error {
 	start := time.Now()
 	op.log.Info("became leader; rebuilding allocation state")
 	for {
-		err := op.rebuild(ctx)
+		err := op.autoCreatePools(ctx)
+		if err == nil {
+			err = op.rebuild(ctx)
+		}
 		if err == nil {
 			break
 		}
