@@ -531,6 +531,11 @@ func (a *Agent) clusterPools(ctx context.Context, m *ipam.Manager) map[string]fa
 			if err := m.SetPoolRouting(p.Name, fam, r); err != nil {
 				a.log.Warn("setting pool routing", "pool", p.Name, "family", fam, "err", err)
 			}
+			// The selection fields (Cilium's podSelector / namespaceSelector are
+			// podAffinity / namespaceAffinity) reach the pool policy through the views.
+			if err := m.SetPoolSelection(p.Name, fam, poolSelection(&p)); err != nil {
+				a.log.Warn("setting pool selection", "pool", p.Name, "family", fam, "err", err)
+			}
 		}
 	}
 	// Forget local pools whose IPPool is gone (or lost the family) once they hold nothing.

@@ -6,8 +6,10 @@ import (
 
 	"github.com/allot-ipam/allot/core/internal/addrmath"
 	"github.com/allot-ipam/allot/core/ipam"
+	"github.com/allot-ipam/allot/core/k8s"
 	"github.com/allot-ipam/allot/core/k8s/apis/allot/v1alpha1"
 	"github.com/allot-ipam/allot/sdk/policy"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // PoolRouting parses the gateway and routes of an IPPool's family (spec.ipv4 or spec.ipv6,
@@ -68,4 +70,20 @@ func PoolRouting(fam policy.Family, f *v1alpha1.PoolFamily) (ipam.PoolRouting, e
 		r.Routes = append(r.Routes, spec)
 	}
 	return r, nil
+}
+
+// poolSelection is what the pool policy sees of an IPPool's selection fields.
+func poolSelection(p *v1alpha1.IPPool) ipam.PoolSelection {
+	s := p.Spec.PoolSelection
+	out := ipam.PoolSelection{Default: s.Default, Terminating: p.DeletionTimestamp != nil,
+		NodeName: s.NodeName, NamespaceName: s.NamespaceName, MultusName: s.MultusName}
+	sel := func(ls *metav1.LabelSelector) *policy.LabelSelector {
+		if ls == nil {
+			return nil
+		}
+		v := k8s.LabelSelector(ls)
+		return &v
+	}
+	out.NodeAffinity, out.NamespaceAffinity, out.PodAffinity = sel(s.NodeAffinity), sel(s.NamespaceAffinity), sel(s.PodAffinity)
+	return out
 }

@@ -31,6 +31,7 @@ func (m *Manager) poolViewsLocked() []policy.PoolView {
 			v.Excluded = append(v.Excluded, rangeString(r.From.String(), r.To.String()))
 		}
 		v.AllExcluded = st.Usable == 0
+		m.applySelectionLocked(k, &v)
 		out = append(out, v)
 	}
 	return out
