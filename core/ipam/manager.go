@@ -103,17 +103,18 @@ type Manager struct {
 	log   *slog.Logger
 	start time.Time
 
-	mu    sync.Mutex
-	pools map[poolKey]*pool
-	// routing of dynamic pools, from their cluster objects (SetPoolRouting); kept while a
-	// pool is dropped and registered again.
-	routing map[poolKey]PoolRouting
-	// selection of dynamic pools, from their cluster objects (SetPoolSelection).
+	mu       sync.Mutex
+	pools    map[poolKey]*pool
+	poolKeys []poolKey // sorted by name then family, for deterministic views
+	owners   map[store.Owner]*holding
+	holders  map[netip.Addr]store.Owner
+	inflight map[store.Owner]chan struct{}
+
+	// routing and selection of dynamic pools, from their cluster objects (SetPoolRouting,
+	// SetPoolSelection); kept while a pool is dropped and registered again.
+	routing   map[poolKey]PoolRouting
 	selection map[poolKey]PoolSelection
-	poolKeys  []poolKey // sorted by name then family, for deterministic views
-	owners    map[store.Owner]*holding
-	holders   map[netip.Addr]store.Owner
-	inflight  map[store.Owner]chan struct{}
+
 	// problems found while rebuilding from the store, shown by Status.
 	problems []string
 
