@@ -407,8 +407,6 @@ func TestFieldsWithoutEffectRefused(t *testing.T) {
 		{"nodeName", func(p *allotv1.IPPool) { p.Spec.NodeName = []string{"n1"} }},
 		{"nodeAffinity", func(p *allotv1.IPPool) { p.Spec.NodeAffinity = sel }},
 		{"namespaceName", func(p *allotv1.IPPool) { p.Spec.NamespaceName = []string{"ns"} }},
-		{"namespaceAffinity", func(p *allotv1.IPPool) { p.Spec.NamespaceAffinity = sel }},
-		{"podAffinity", func(p *allotv1.IPPool) { p.Spec.PodAffinity = sel }},
 		{"multusName", func(p *allotv1.IPPool) { p.Spec.MultusName = []string{"kube-system/net"} }},
 	} {
 		t.Run("IPPool/"+tc.field, func(t *testing.T) {
@@ -421,6 +419,13 @@ func TestFieldsWithoutEffectRefused(t *testing.T) {
 			}
 		})
 	}
+	t.Run("IPPool/podAffinity and namespaceAffinity are Cilium's pool selectors, so allowed", func(t *testing.T) {
+		p := newPool("p-selectors", []string{"10.0.0.0/16"}, 24, nil, 0)
+		p.Spec.PodAffinity, p.Spec.NamespaceAffinity = sel, sel
+		if err := h.c.Create(h.ctx, p, client.DryRunAll); err != nil {
+			t.Fatalf("podAffinity and namespaceAffinity refused: %v", err)
+		}
+	})
 	t.Run("IPPool/disable is honoured, so allowed", func(t *testing.T) {
 		p := newPool("p-disable", []string{"10.0.0.0/16"}, 24, nil, 0)
 		p.Spec.Disable = true
