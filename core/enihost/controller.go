@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -27,6 +28,8 @@ type Controller struct {
 	Resync     time.Duration // default 30 s
 	Log        *slog.Logger
 
+	// once sets trig and Log: Trigger, Run and SyncOnce may come first, from any goroutine.
+	once    sync.Once
 	trig    chan struct{}
 	lastErr string
 }
@@ -41,12 +44,12 @@ type Outcome struct {
 func (o Outcome) Pending() bool { return len(o.Unresolved) > 0 || len(o.Errors) > 0 }
 
 func (c *Controller) init() {
-	if c.trig == nil {
+	c.once.Do(func() {
 		c.trig = make(chan struct{}, 1)
-	}
-	if c.Log == nil {
-		c.Log = slog.New(slog.DiscardHandler)
-	}
+		if c.Log == nil {
+			c.Log = slog.New(slog.DiscardHandler)
+		}
+	})
 }
 
 // Trigger asks for a sync soon; triggers coalesce. Call it before Run or from any goroutine

@@ -201,7 +201,6 @@ func TestPrinterColumns(t *testing.T) {
 	}
 	ctx := context.Background()
 	p := pool("default", []string{"10.0.0.0/16"}, 24, []string{"fd00::/104"}, 120)
-	p.Spec.Default = true
 	if err := c.Create(ctx, p); err != nil {
 		t.Fatal(err)
 	}
@@ -225,11 +224,11 @@ func TestPrinterColumns(t *testing.T) {
 	for _, c := range table.ColumnDefinitions {
 		cols = append(cols, c.Name)
 	}
-	want := []string{"Name", "V4 CIDRS", "V4 USED", "V4 TOTAL", "V6 CIDRS", "V6 USED", "V6 TOTAL", "IPS IN USE", "DEFAULT", "AGE"}
+	want := []string{"Name", "V4 CIDRS", "V4 USED", "V4 TOTAL", "V6 CIDRS", "V6 USED", "V6 TOTAL", "IPS IN USE", "AGE"}
 	if strings.Join(cols, "|") != strings.Join(want, "|") {
 		t.Errorf("columns %q; want %q", cols, want)
 	}
-	if len(table.Rows) != 1 || fmt.Sprint(table.Rows[0].Cells[1]) != `["10.0.0.0/16"]` || table.Rows[0].Cells[8] != true {
+	if len(table.Rows) != 1 || fmt.Sprint(table.Rows[0].Cells[1]) != `["10.0.0.0/16"]` {
 		t.Errorf("row %v", table.Rows)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"runtime"
+	"sync"
 	"testing"
 	"time"
 
@@ -44,8 +45,11 @@ type World struct {
 	Host   netns.NsHandle
 	VPC    netns.NsHandle
 	H      *netlink.Handle
-	Pods   map[string]netns.NsHandle
-	ENIs   []enihost.ENI
+	// Pods is written by AddPod (the test's goroutine) and read by NetnsFiles, which a
+	// running Controller calls from its own: mu orders the two.
+	mu   sync.Mutex
+	Pods map[string]netns.NsHandle
+	ENIs []enihost.ENI
 }
 
 func New(t *testing.T) *World {
@@ -139,7 +143,9 @@ func (w *World) close() {
 func (w *World) AddPod(name string, addr netip.Addr, eni int) {
 	w.t.Helper()
 	ns := w.ns(name)
+	w.mu.Lock()
 	w.Pods[name] = ns
+	w.mu.Unlock()
 	host := "veth" + name
 	w.Must(w.H.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: host}, PeerName: "p" + name}))
 	hl, err := w.H.LinkByName(host)
@@ -178,6 +184,8 @@ func (w *World) HostLink(pod string) int {
 
 // NetnsFiles are the pods' namespace files (only this test's).
 func (w *World) NetnsFiles() ([]string, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	var out []string
 	for name := range w.Pods {
 		out = append(out, "/var/run/netns/"+w.prefix+"-"+name)

@@ -26,7 +26,6 @@ import (
 // +kubebuilder:printcolumn:name="V6 USED",type=integer,JSONPath=`.status.ipv6.allocatedBlocks`,description="IPv6 blocks handed to nodes"
 // +kubebuilder:printcolumn:name="V6 TOTAL",type=integer,JSONPath=`.status.ipv6.totalBlocks`,description="IPv6 blocks the pool can hand out"
 // +kubebuilder:printcolumn:name="IPS IN USE",type=integer,JSONPath=`.status.usedAddresses`,description="addresses pods use, as the agents report",priority=1
-// +kubebuilder:printcolumn:name="DEFAULT",type=boolean,JSONPath=`.spec.default`
 // +kubebuilder:printcolumn:name="AGE",type=date,JSONPath=`.metadata.creationTimestamp`
 type IPPool struct {
 	metav1.TypeMeta   `json:",inline"`
