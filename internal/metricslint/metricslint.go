@@ -6,9 +6,7 @@ package metricslint
 import (
 	"fmt"
 	"io"
-	"strings"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 )
 
@@ -19,38 +17,9 @@ func Text(r io.Reader) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("metricslint: %w", err)
 	}
-	return format(ps), nil
-}
-
-// Gatherer lints what g gathers.
-func Gatherer(g prometheus.Gatherer) ([]string, error) {
-	mfs, err := g.Gather()
-	if err != nil {
-		return nil, fmt.Errorf("metricslint: gather: %w", err)
-	}
-	ps, err := promlint.NewWithMetricFamilies(mfs).Lint()
-	if err != nil {
-		return nil, fmt.Errorf("metricslint: %w", err)
-	}
-	return format(ps), nil
-}
-
-func format(ps []promlint.Problem) []string {
 	out := make([]string, 0, len(ps))
 	for _, p := range ps {
 		out = append(out, p.Metric+": "+p.Text)
 	}
-	return out
-}
-
-// Names returns the metric family names in a text exposition (for checking that what a
-// dashboard or an alert uses exists).
-func Names(text string) map[string]bool {
-	names := map[string]bool{}
-	for _, line := range strings.Split(text, "\n") {
-		if f := strings.Fields(line); len(f) >= 3 && f[0] == "#" && f[1] == "TYPE" {
-			names[f[2]] = true
-		}
-	}
-	return names
+	return out, nil
 }
