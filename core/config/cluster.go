@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
-	"sort"
 	"time"
 )
 
@@ -215,10 +214,32 @@ func (c *Config) validateENI() []error {
 	if !e.Enabled() {
 		return nil
 	}
-	var errs []error
-	add := func(field, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("cluster.eni.%s: %s", field, fmt.Sprintf(format, args...)))
+	errs := problems{prefix: "cluster.eni."}
+	errs.eniBounds(e)
+	errs.eniNodeConfigs(e.NodeConfigs)
+	if e.GCInterval > 24*time.Hour {
+		errs.add("gcInterval", "%s must be at most 24h (negative turns the garbage collection off)", e.GCInterval)
 	}
+	if len(e.ClusterName) > 256 {
+		errs.add("clusterName", "%d characters: an EC2 tag value has at most 256", len(e.ClusterName))
+	}
+	for i, d := range e.NetnsDirs {
+		if !filepath.IsAbs(d) {
+			errs.add(fmt.Sprintf("netnsDirs[%d]", i), "%q is not an absolute path", d)
+		}
+	}
+	errs.eniSelectors(e)
+	if e.Pool != "" && (len(e.Pool) > 253 || !dns1123Subdomain.MatchString(e.Pool)) {
+		errs.add("pool", "%q is not a valid pool name", e.Pool)
+	}
+	if i := slices.IndexFunc(c.Plugins, func(p Plugin) bool { return p.Name == e.Backend }); i >= 0 && c.Plugins[i].Kind != "cloud-backend" {
+		errs.add("backend", "plugin %q is a %s, not a cloud-backend", e.Backend, c.Plugins[i].Kind)
+	}
+	return errs.errs
+}
+
+// eniBounds checks the numbers and durations of cluster.eni against their ranges.
+func (errs *problems) eniBounds(e *ClusterENI) {
 	const maxAddrs = 4096
 	ints := []struct {
 		field  string
@@ -240,51 +261,48 @@ func (c *Config) validateENI() []error {
 	}
 	for _, f := range ints {
 		if f.v != nil && (*f.v < f.lo || *f.v > f.hi) {
-			add(f.field, "%d must be between %d and %d", *f.v, f.lo, f.hi)
+			errs.add(f.field, "%d must be between %d and %d", *f.v, f.lo, f.hi)
 		}
 	}
 	if e.MaxAllocate > 0 && e.MinAllocate > e.MaxAllocate {
-		add("minAllocate", "%d is above maxAllocate %d", e.MinAllocate, e.MaxAllocate)
+		errs.add("minAllocate", "%d is above maxAllocate %d", e.MinAllocate, e.MaxAllocate)
 	}
 	for _, d := range []struct {
 		field string
 		v     time.Duration
 	}{{"releaseDelay", e.ReleaseDelay}, {"minPassInterval", e.MinPassInterval}, {"resyncInterval", e.ResyncInterval}} {
 		if d.v < 0 || d.v > 24*time.Hour {
-			add(d.field, "%s must be between 0 and 24h", d.v)
+			errs.add(d.field, "%s must be between 0 and 24h", d.v)
 		}
 	}
-	for _, name := range slices.Sorted(maps.Keys(e.NodeConfigs)) {
-		nc := e.NodeConfigs[name]
+}
+
+// eniNodeConfigs checks cluster.eni.nodeConfigs, in name order.
+func (errs *problems) eniNodeConfigs(configs map[string]ENINodeConfig) {
+	for _, name := range slices.Sorted(maps.Keys(configs)) {
+		nc := configs[name]
 		f := "nodeConfigs." + name
 		if name == "" || len(name) > 63 {
-			add(f, "the name must be a label value (1 to 63 characters)")
+			errs.add(f, "the name must be a label value (1 to 63 characters)")
 		}
 		for i, id := range append(slices.Clone(nc.SubnetIDs), nc.SecurityGroups...) {
 			if id == "" {
-				add(fmt.Sprintf("%s: ID %d", f, i), "empty")
+				errs.add(fmt.Sprintf("%s: ID %d", f, i), "empty")
 			}
 		}
 		for _, m := range []map[string]string{nc.SubnetTags, nc.SecurityGroupTags} {
 			if _, ok := m[""]; ok {
-				add(f, "empty tag key")
+				errs.add(f, "empty tag key")
 			}
 		}
 	}
-	if e.GCInterval > 24*time.Hour {
-		add("gcInterval", "%s must be at most 24h (negative turns the garbage collection off)", e.GCInterval)
-	}
-	if len(e.ClusterName) > 256 {
-		add("clusterName", "%d characters: an EC2 tag value has at most 256", len(e.ClusterName))
-	}
-	for i, d := range e.NetnsDirs {
-		if !filepath.IsAbs(d) {
-			add(fmt.Sprintf("netnsDirs[%d]", i), "%q is not an absolute path", d)
-		}
-	}
+}
+
+// eniSelectors checks the subnet IDs and the tag maps of cluster.eni: none may be empty.
+func (errs *problems) eniSelectors(e *ClusterENI) {
 	for i, id := range append(slices.Clone(e.SubnetIDs), e.Node.SubnetIDs...) {
 		if id == "" {
-			add(fmt.Sprintf("subnetIDs[%d]", i), "empty")
+			errs.add(fmt.Sprintf("subnetIDs[%d]", i), "empty")
 		}
 	}
 	for _, m := range []struct {
@@ -294,17 +312,10 @@ func (c *Config) validateENI() []error {
 		{"node.securityGroupTags", e.Node.SecurityGroupTags}} {
 		for k := range m.tags {
 			if k == "" {
-				add(m.field, "empty key")
+				errs.add(m.field, "empty key")
 			}
 		}
 	}
-	if e.Pool != "" && (len(e.Pool) > 253 || !dns1123Subdomain.MatchString(e.Pool)) {
-		add("pool", "%q is not a valid pool name", e.Pool)
-	}
-	if i := slices.IndexFunc(c.Plugins, func(p Plugin) bool { return p.Name == e.Backend }); i >= 0 && c.Plugins[i].Kind != "cloud-backend" {
-		add("backend", "plugin %q is a %s, not a cloud-backend", e.Backend, c.Plugins[i].Kind)
-	}
-	return errs
 }
 
 // LeaderElection configures the operator's Lease-based leader election.
@@ -373,10 +384,7 @@ func (cl *Cluster) applyDefaults() {
 // validateCluster fills the cluster section's defaults and checks it for the agent and
 // operator modes. Errors name the field (cluster.xxx).
 func (c *Config) validateCluster() []error {
-	var errs []error
-	add := func(field, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("cluster.%s: %s", field, fmt.Sprintf(format, args...)))
-	}
+	errs := problems{prefix: "cluster."}
 	cl := &c.Cluster
 	cl.applyDefaults()
 	if c.Mode == "agent" && cl.NodeName == "" {
@@ -384,31 +392,65 @@ func (c *Config) validateCluster() []error {
 	}
 	if cl.Kubeconfig != "" {
 		if _, err := os.Stat(cl.Kubeconfig); err != nil && (c.Mode == "agent" || c.Mode == "operator") {
-			add("kubeconfig", "%v", err)
+			errs.add("kubeconfig", "%v", err)
 		}
 	}
 	if c.Mode == "agent" {
-		switch {
-		case cl.NodeName == "":
-			add("nodeName", "must be set in agent mode (or the NODE_NAME environment variable, e.g. from the downward API spec.nodeName)")
-		case len(cl.NodeName) > 253 || !dns1123Subdomain.MatchString(cl.NodeName):
-			add("nodeName", "%q is not a valid Kubernetes node name", cl.NodeName)
+		errs.nodeName(cl.NodeName)
+	}
+	errs.preAllocation(cl.PreAllocation)
+	errs.clusterDurations(cl)
+	if _, err := cl.PodCIDRPrefixes(); err != nil {
+		errs.errs = append(errs.errs, err)
+	}
+	switch cl.IPAM {
+	case "", IPAMMultiPool:
+	case IPAMKubernetes:
+		if cl.ENI.Enabled() {
+			errs.add("ipam", "%q cannot be combined with ENI mode (eni.backend %q): the node's addresses come from one or the other", cl.IPAM, cl.ENI.Backend)
 		}
+	default:
+		errs.add("ipam", "%q is not one of %q, %q", cl.IPAM, IPAMMultiPool, IPAMKubernetes)
 	}
-	pools := make([]string, 0, len(cl.PreAllocation))
-	for p := range cl.PreAllocation {
-		pools = append(pools, p)
+	errs.errs = append(errs.errs, c.validateENI()...)
+	errs.errs = append(errs.errs, c.validateAutoCreatePools()...)
+	errs.errs = append(errs.errs, c.validateSharedPools()...)
+	errs.errs = append(errs.errs, c.validateSharedPoolsOperator()...)
+	if cl.Workers < 0 || cl.Workers > 256 {
+		errs.add("workers", "%d must be between 0 and 256", cl.Workers)
 	}
-	sort.Strings(pools)
-	for _, p := range pools {
+	if c.Mode == "operator" && cl.DisableMultiPool && !cl.ClusterCIDRConfig && !cl.ENI.Enabled() {
+		errs.add("disableMultiPool", "with clusterCIDRConfig off too, the operator has nothing to do")
+	}
+	if c.Mode == "operator" {
+		errs.leaderElection(cl.LeaderElection)
+	}
+	return errs.errs
+}
+
+func (errs *problems) nodeName(name string) {
+	switch {
+	case name == "":
+		errs.add("nodeName", "must be set in agent mode (or the NODE_NAME environment variable, e.g. from the downward API spec.nodeName)")
+	case len(name) > 253 || !dns1123Subdomain.MatchString(name):
+		errs.add("nodeName", "%q is not a valid Kubernetes node name", name)
+	}
+}
+
+// preAllocation checks cluster.preAllocation, in pool name order.
+func (errs *problems) preAllocation(pre map[string]int) {
+	for _, p := range slices.Sorted(maps.Keys(pre)) {
 		f := "preAllocation." + p
 		if len(p) > 253 || !dns1123Subdomain.MatchString(p) {
-			add(f, "%q is not a valid pool name", p)
+			errs.add(f, "%q is not a valid pool name", p)
 		}
-		if n := cl.PreAllocation[p]; n < 0 || n > 1<<20 {
-			add(f, "%d must be between 0 and 1048576", n)
+		if n := pre[p]; n < 0 || n > 1<<20 {
+			errs.add(f, "%d must be between 0 and 1048576", n)
 		}
 	}
+}
+
+func (errs *problems) clusterDurations(cl *Cluster) {
 	positive := []struct {
 		field string
 		v     time.Duration
@@ -426,47 +468,24 @@ func (c *Config) validateCluster() []error {
 	}
 	for _, p := range positive {
 		if p.v < 0 || p.v > p.max {
-			add(p.field, "%s must be between 0 and %s", p.v, p.max)
+			errs.add(p.field, "%s must be between 0 and %s", p.v, p.max)
 		}
 	}
-	if _, err := cl.PodCIDRPrefixes(); err != nil {
-		errs = append(errs, err)
+}
+
+func (errs *problems) leaderElection(le LeaderElection) {
+	if !dns1123Subdomain.MatchString(le.Namespace) {
+		errs.add("leaderElection.namespace", "%q is not a valid namespace name", le.Namespace)
 	}
-	switch cl.IPAM {
-	case "", IPAMMultiPool:
-	case IPAMKubernetes:
-		if cl.ENI.Enabled() {
-			add("ipam", "%q cannot be combined with ENI mode (eni.backend %q): the node's addresses come from one or the other", cl.IPAM, cl.ENI.Backend)
-		}
-	default:
-		add("ipam", "%q is not one of %q, %q", cl.IPAM, IPAMMultiPool, IPAMKubernetes)
+	if !dns1123Subdomain.MatchString(le.Name) {
+		errs.add("leaderElection.name", "%q is not a valid Lease name", le.Name)
 	}
-	errs = append(errs, c.validateENI()...)
-	errs = append(errs, c.validateAutoCreatePools()...)
-	errs = append(errs, c.validateSharedPools()...)
-	errs = append(errs, c.validateSharedPoolsOperator()...)
-	if cl.Workers < 0 || cl.Workers > 256 {
-		add("workers", "%d must be between 0 and 256", cl.Workers)
+	if le.RenewDeadline >= le.LeaseDuration {
+		errs.add("leaderElection.renewDeadline", "%s must be shorter than leaseDuration %s", le.RenewDeadline, le.LeaseDuration)
 	}
-	if c.Mode == "operator" && cl.DisableMultiPool && !cl.ClusterCIDRConfig && !cl.ENI.Enabled() {
-		add("disableMultiPool", "with clusterCIDRConfig off too, the operator has nothing to do")
+	if le.RetryPeriod >= le.RenewDeadline {
+		errs.add("leaderElection.retryPeriod", "%s must be shorter than renewDeadline %s", le.RetryPeriod, le.RenewDeadline)
 	}
-	le := cl.LeaderElection
-	if c.Mode == "operator" {
-		if !dns1123Subdomain.MatchString(le.Namespace) {
-			add("leaderElection.namespace", "%q is not a valid namespace name", le.Namespace)
-		}
-		if !dns1123Subdomain.MatchString(le.Name) {
-			add("leaderElection.name", "%q is not a valid Lease name", le.Name)
-		}
-		if le.RenewDeadline >= le.LeaseDuration {
-			add("leaderElection.renewDeadline", "%s must be shorter than leaseDuration %s", le.RenewDeadline, le.LeaseDuration)
-		}
-		if le.RetryPeriod >= le.RenewDeadline {
-			add("leaderElection.retryPeriod", "%s must be shorter than renewDeadline %s", le.RetryPeriod, le.RenewDeadline)
-		}
-	}
-	return errs
 }
 
 // PodCIDRPrefixes parses cluster.podCIDRs: CIDRs without host bits, none overlapping another.

@@ -69,69 +69,76 @@ func (c CNI) Enabled() bool { return c.ConfDir != "" }
 
 // validateCNI checks the cni section; errors name the field.
 func (c *Config) validateCNI() []error {
-	var errs []error
-	add := func(field, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("cni.%s: %s", field, fmt.Sprintf(format, args...)))
-	}
+	errs := problems{prefix: "cni."}
 	n := &c.CNI
-	d := DefaultCNI()
-	if n.ConfName == "" {
-		n.ConfName = d.ConfName
-	}
-	if n.SrcDir == "" {
-		n.SrcDir = d.SrcDir
-	}
-	if n.Uninstall == "" {
-		n.Uninstall = d.Uninstall
-	}
+	n.applyDefaults()
 	if c.Mode != "agent" {
 		for _, f := range []struct{ name, v string }{{"confDir", n.ConfDir}, {"binDir", n.BinDir}, {"conflist", n.Conflist}} {
 			if f.v != "" {
-				add(f.name, "only used in agent mode (mode is %q)", c.Mode)
+				errs.add(f.name, "only used in agent mode (mode is %q)", c.Mode)
 			}
 		}
-		return errs
+		return errs.errs
 	}
-	if n.PodName == "" {
-		n.PodName = os.Getenv("POD_NAME")
-	}
-	if n.PodNamespace == "" {
-		n.PodNamespace = os.Getenv("POD_NAMESPACE")
-	}
-	if n.PodNamespace == "" {
-		if b, err := os.ReadFile(serviceAccountNamespace); err == nil {
-			n.PodNamespace = strings.TrimSpace(string(b))
-		}
-	}
+	n.applyPodIdentity()
 	for _, f := range []struct{ name, v string }{{"confDir", n.ConfDir}, {"binDir", n.BinDir}, {"srcDir", n.SrcDir}} {
 		if f.v != "" && !filepath.IsAbs(f.v) {
-			add(f.name, "%q must be an absolute path", f.v)
+			errs.add(f.name, "%q must be an absolute path", f.v)
 		}
 	}
 	switch {
 	case n.ConfName != filepath.Base(n.ConfName) || strings.HasPrefix(n.ConfName, "."):
-		add("confName", "%q must be a plain file name (no directory, not hidden)", n.ConfName)
+		errs.add("confName", "%q must be a plain file name (no directory, not hidden)", n.ConfName)
 	case filepath.Ext(n.ConfName) != ".conflist":
-		add("confName", "%q must end in .conflist (the runtime reads a .conf or .json file as a single plugin's configuration)", n.ConfName)
+		errs.add("confName", "%q must end in .conflist (the runtime reads a .conf or .json file as a single plugin's configuration)", n.ConfName)
 	}
 	if !slices.Contains([]string{UninstallAuto, UninstallAlways, UninstallNever}, n.Uninstall) {
-		add("uninstall", "%q is not auto, always or never", n.Uninstall)
+		errs.add("uninstall", "%q is not auto, always or never", n.Uninstall)
 	}
 	if n.PodName != "" && (len(n.PodName) > 253 || !dns1123Subdomain.MatchString(n.PodName)) {
-		add("podName", "%q is not a valid Pod name", n.PodName)
+		errs.add("podName", "%q is not a valid Pod name", n.PodName)
 	}
 	if n.PodNamespace != "" && (len(n.PodNamespace) > 63 || !dns1123Subdomain.MatchString(n.PodNamespace)) {
-		add("podNamespace", "%q is not a valid namespace name", n.PodNamespace)
+		errs.add("podNamespace", "%q is not a valid namespace name", n.PodNamespace)
 	}
 	switch {
 	case n.ConfDir != "" && strings.TrimSpace(n.Conflist) == "":
-		add("conflist", "required when cni.confDir is set (the network configuration list to write)")
+		errs.add("conflist", "required when cni.confDir is set (the network configuration list to write)")
 	case n.Conflist != "":
 		if err := ValidateConflist([]byte(n.Conflist)); err != nil {
-			add("conflist", "%v", err)
+			errs.add("conflist", "%v", err)
 		}
 	}
-	return errs
+	return errs.errs
+}
+
+func (c *CNI) applyDefaults() {
+	d := DefaultCNI()
+	if c.ConfName == "" {
+		c.ConfName = d.ConfName
+	}
+	if c.SrcDir == "" {
+		c.SrcDir = d.SrcDir
+	}
+	if c.Uninstall == "" {
+		c.Uninstall = d.Uninstall
+	}
+}
+
+// applyPodIdentity fills the agent Pod's name and namespace from the downward API
+// environment, the namespace failing that from the service account.
+func (c *CNI) applyPodIdentity() {
+	if c.PodName == "" {
+		c.PodName = os.Getenv("POD_NAME")
+	}
+	if c.PodNamespace == "" {
+		c.PodNamespace = os.Getenv("POD_NAMESPACE")
+	}
+	if c.PodNamespace == "" {
+		if b, err := os.ReadFile(serviceAccountNamespace); err == nil {
+			c.PodNamespace = strings.TrimSpace(string(b))
+		}
+	}
 }
 
 // ValidateConflist checks a network configuration list as the runtime will read it

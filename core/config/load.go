@@ -70,6 +70,30 @@ func Load(path string, fs *pflag.FlagSet) (*Config, error) {
 
 func load(path string, environ []string, fs *pflag.FlagSet) (*Config, error) {
 	k := koanf.New(".")
+	unknownEnv, err := loadSources(k, path, environ, fs)
+	if err != nil {
+		return nil, err
+	}
+	c, err := decode(k, path)
+	if err != nil {
+		return nil, err
+	}
+	if c.Datapath.Type == "" {
+		c.Datapath.Type = DefaultDatapathType(c)
+	}
+	if err := c.Validate(); err != nil {
+		return nil, fmt.Errorf("config: %s: %w", describe(path), err)
+	}
+	sort.Strings(unknownEnv)
+	for _, k := range unknownEnv {
+		c.Warnings = append(c.Warnings, fmt.Sprintf("environment variable %s is not a setting and is ignored (settings: %s)", k, knownEnv()))
+	}
+	return c, nil
+}
+
+// loadSources layers the defaults, the file, the environment and the set flags into k, in
+// that order of precedence, and returns the ALLOT_* variables that are no setting.
+func loadSources(k *koanf.Koanf, path string, environ []string, fs *pflag.FlagSet) ([]string, error) {
 	if err := k.Load(structs.Provider(Defaults(), "koanf"), nil); err != nil {
 		return nil, fmt.Errorf("config: defaults: %w", err)
 	}
@@ -86,12 +110,11 @@ func load(path string, environ []string, fs *pflag.FlagSet) (*Config, error) {
 		Prefix:      EnvPrefix,
 		EnvironFunc: func() []string { return environ },
 		TransformFunc: func(k, v string) (string, any) {
-			name := strings.TrimPrefix(k, EnvPrefix)
-			key, ok := envKeys[name]
-			if !ok {
-				if !otherEnv[name] {
-					unknownEnv = append(unknownEnv, k)
-				}
+			key, unknown := envKey(k)
+			if unknown {
+				unknownEnv = append(unknownEnv, k)
+			}
+			if key == "" {
 				return "", nil
 			}
 			return key, v
@@ -112,6 +135,21 @@ func load(path string, environ []string, fs *pflag.FlagSet) (*Config, error) {
 			return nil, fmt.Errorf("config: flags: %w", err)
 		}
 	}
+	return unknownEnv, nil
+}
+
+// envKey maps an ALLOT_* variable to its configuration key ("" when it is none) and tells
+// whether it is unknown: neither a setting nor read by another part.
+func envKey(variable string) (key string, unknown bool) {
+	name := strings.TrimPrefix(variable, EnvPrefix)
+	if key, ok := envKeys[name]; ok {
+		return key, false
+	}
+	return "", !otherEnv[name]
+}
+
+// decode turns the layered keys into a Config; a key no field takes is an error.
+func decode(k *koanf.Koanf, path string) (*Config, error) {
 	var c Config
 	err := k.UnmarshalWithConf("", &c, koanf.UnmarshalConf{
 		Tag: "koanf",
@@ -128,16 +166,6 @@ func load(path string, environ []string, fs *pflag.FlagSet) (*Config, error) {
 	})
 	if err != nil {
 		return nil, fmt.Errorf("config: %s: %w", describe(path), err)
-	}
-	if c.Datapath.Type == "" {
-		c.Datapath.Type = DefaultDatapathType(&c)
-	}
-	if err := c.Validate(); err != nil {
-		return nil, fmt.Errorf("config: %s: %w", describe(path), err)
-	}
-	sort.Strings(unknownEnv)
-	for _, k := range unknownEnv {
-		c.Warnings = append(c.Warnings, fmt.Sprintf("environment variable %s is not a setting and is ignored (settings: %s)", k, knownEnv()))
 	}
 	return &c, nil
 }

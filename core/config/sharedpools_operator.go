@@ -1,7 +1,6 @@
 package config
 
 import (
-	"fmt"
 	"net"
 	"net/url"
 	"time"
@@ -59,10 +58,7 @@ type SharedPoolsWebhookService struct {
 // validateSharedPoolsOperator fills the defaults of cluster.sharedPools.gc and .webhook and
 // checks them; errors name the field.
 func (c *Config) validateSharedPoolsOperator() []error {
-	var errs []error
-	add := func(field, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("cluster.sharedPools.%s: %s", field, fmt.Sprintf(format, args...)))
-	}
+	errs := problems{prefix: "cluster.sharedPools."}
 	gc := &c.Cluster.SharedPools.GC
 	if gc.Grace == 0 {
 		gc.Grace = 30 * time.Second
@@ -71,15 +67,21 @@ func (c *Config) validateSharedPoolsOperator() []error {
 		gc.Interval = min(10*time.Second, max(gc.Grace/3, 100*time.Millisecond))
 	}
 	if gc.Grace < time.Second || gc.Grace > 24*time.Hour {
-		add("gc.grace", "%s must be between 1s and 24h (a pod's sandbox may take seconds to come back)", gc.Grace)
+		errs.add("gc.grace", "%s must be between 1s and 24h (a pod's sandbox may take seconds to come back)", gc.Grace)
 	}
 	if gc.Interval < 100*time.Millisecond || gc.Interval > time.Hour {
-		add("gc.interval", "%s must be between 100ms and 1h", gc.Interval)
+		errs.add("gc.interval", "%s must be between 100ms and 1h", gc.Interval)
 	}
 	w := &c.Cluster.SharedPools.Webhook
 	if !w.Enabled {
-		return errs
+		return errs.errs
 	}
+	w.applyDefaults()
+	errs.webhook(w, c.Mode)
+	return errs.errs
+}
+
+func (w *SharedPoolsWebhook) applyDefaults() {
 	if w.Address == "" {
 		w.Address = ":9443"
 	}
@@ -92,31 +94,35 @@ func (c *Config) validateSharedPoolsOperator() []error {
 	if w.Service.Port == 0 {
 		w.Service.Port = 443
 	}
+}
+
+// webhook checks cluster.sharedPools.webhook; registering it (in operator mode) needs to
+// know where the API server finds it.
+func (errs *problems) webhook(w *SharedPoolsWebhook, mode string) {
 	if _, _, err := net.SplitHostPort(w.Address); err != nil {
-		add("webhook.address", "%q is not host:port: %v", w.Address, err)
+		errs.add("webhook.address", "%q is not host:port: %v", w.Address, err)
 	}
 	if w.FailurePolicy != "Fail" && w.FailurePolicy != "Ignore" {
-		add("webhook.failurePolicy", "%q must be Fail or Ignore", w.FailurePolicy)
+		errs.add("webhook.failurePolicy", "%q must be Fail or Ignore", w.FailurePolicy)
 	}
 	if w.TimeoutSeconds < 1 || w.TimeoutSeconds > 30 {
-		add("webhook.timeoutSeconds", "%d must be between 1 and 30", w.TimeoutSeconds)
+		errs.add("webhook.timeoutSeconds", "%d must be between 1 and 30", w.TimeoutSeconds)
 	}
 	if w.Service.Port < 1 || w.Service.Port > 65535 {
-		add("webhook.service.port", "%d must be between 1 and 65535", w.Service.Port)
+		errs.add("webhook.service.port", "%d must be between 1 and 65535", w.Service.Port)
 	}
 	if w.URL != "" {
 		if u, err := url.Parse(w.URL); err != nil || u.Scheme != "https" || u.Host == "" {
-			add("webhook.url", "%q must be an https URL", w.URL)
+			errs.add("webhook.url", "%q must be an https URL", w.URL)
 		}
 	}
 	if (w.Service.Name == "") != (w.Service.Namespace == "") {
-		add("webhook.service", "set both name and namespace, or neither")
+		errs.add("webhook.service", "set both name and namespace, or neither")
 	}
-	if w.Register && w.URL == "" && w.Service.Name == "" && c.Mode == "operator" {
-		add("webhook.register", "needs webhook.url or webhook.service to tell the API server where the webhook is")
+	if w.Register && w.URL == "" && w.Service.Name == "" && mode == "operator" {
+		errs.add("webhook.register", "needs webhook.url or webhook.service to tell the API server where the webhook is")
 	}
 	if w.URL != "" && w.Service.Name != "" {
-		add("webhook.url", "set url or service, not both")
+		errs.add("webhook.url", "set url or service, not both")
 	}
-	return errs
 }

@@ -88,112 +88,154 @@ type placedCIDR struct {
 }
 
 func (c *Config) validatePools() []error {
-	var errs []error
-	add := func(field, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
-	}
+	var errs problems
 	if len(c.Pools) == 0 && len(c.Cloud.Pools) == 0 {
-		add("pools", "at least one pool (or cloud.pools entry) is required in standalone mode")
+		errs.add("pools", "at least one pool (or cloud.pools entry) is required in standalone mode")
 	}
 	seen := map[string]int{}
 	var all []placedCIDR
 	for i, p := range c.Pools {
 		f := fmt.Sprintf("pools[%d]", i)
-		if !poolName.MatchString(p.Name) {
-			add(f+".name", "%q must be lower-case letters, digits, '-' or '.', starting and ending with a letter or digit", p.Name)
-		} else if j, dup := seen[p.Name]; dup {
-			add(f+".name", "%q is already the name of pools[%d]", p.Name, j)
-		} else {
-			seen[p.Name] = i
-		}
+		errs.uniquePoolName(f, p.Name, i, seen)
 		if len(p.CIDRs) == 0 {
-			add(f+".cidrs", "at least one CIDR is required")
+			errs.add(f+".cidrs", "at least one CIDR is required")
 		}
-		var prefixes []netip.Prefix
-		for j, s := range p.CIDRs {
-			cf := fmt.Sprintf("%s.cidrs[%d]", f, j)
-			pr, err := netip.ParsePrefix(strings.TrimSpace(s))
-			if err != nil {
-				add(cf, "%q is not a CIDR", s)
-				continue
-			}
-			if pr.Masked() != pr {
-				add(cf, "%s has host bits set; did you mean %s?", s, pr.Masked())
-				continue
-			}
-			if len(prefixes) > 0 && prefixes[0].Addr().Is4() != pr.Addr().Is4() {
-				add(cf, "%s is not of the same family as %s; a pool holds one family (make one pool per family)", s, prefixes[0])
-				continue
-			}
-			prefixes = append(prefixes, pr)
-			all = append(all, placedCIDR{prefix: pr, field: cf, pool: p.Name})
-		}
-		inPool := func(a netip.Addr) bool {
-			for _, pr := range prefixes {
-				if pr.Contains(a) {
-					return true
-				}
-			}
-			return false
-		}
-		for j, s := range p.Exclude {
-			ef := fmt.Sprintf("%s.exclude[%d]", f, j)
-			r, err := allocator.ParseRange(s)
-			if err != nil {
-				add(ef, "%v", err)
-				continue
-			}
-			if len(prefixes) > 0 && (!inPool(r.From) || !inPool(r.To)) {
-				add(ef, "%s lies outside the pool's CIDRs %v", s, p.CIDRs)
-			}
-		}
-		var gw netip.Addr
-		if p.Gateway != "" {
-			a, err := netip.ParseAddr(p.Gateway)
-			if err != nil {
-				add(f+".gateway", "%q is not an IP address", p.Gateway)
-			} else if len(prefixes) > 0 && !inPool(a) {
-				add(f+".gateway", "%s lies outside the pool's CIDRs %v", a, p.CIDRs)
-			} else {
-				gw = a
-			}
-		}
-		for j, r := range p.Routes {
-			rf := fmt.Sprintf("%s.routes[%d]", f, j)
-			dst, err := netip.ParsePrefix(r.Dst)
-			if err != nil {
-				add(rf+".dst", "%q is not a CIDR", r.Dst)
-				continue
-			}
-			if len(prefixes) > 0 && dst.Addr().Is4() != prefixes[0].Addr().Is4() {
-				add(rf+".dst", "%s is not of the pool's family", r.Dst)
-			}
-			if r.GW != "" {
-				g, err := netip.ParseAddr(r.GW)
-				if err != nil {
-					add(rf+".gw", "%q is not an IP address", r.GW)
-				} else if g.Is4() != dst.Addr().Is4() {
-					add(rf+".gw", "%s is not of the same family as dst %s", r.GW, r.Dst)
-				}
-			}
-		}
+		prefixes, placed := errs.poolCIDRs(f, p)
+		all = append(all, placed...)
+		errs.poolExcludes(f, p, prefixes)
+		gw := errs.poolGateway(f, p, prefixes)
+		errs.poolRoutes(f, p.Routes, prefixes)
 		// The allocator has the final say on the pool's address space (e.g. an exclusion
 		// covering every address); report its verdict under the pool's field.
-		if len(errs) == 0 && len(prefixes) > 0 {
-			if a, err := allocator.New(c.Pools[i].allocatorConfig(prefixes, gw)); err != nil {
-				add(f, "%v", err)
-			} else if a.Stats().Usable == 0 {
-				add(f, "pool %q has no address to hand out: exclusions, gateway, network and broadcast addresses cover it all", p.Name)
+		if len(errs.errs) == 0 && len(prefixes) > 0 {
+			errs.poolSpace(f, c.Pools[i], prefixes, gw)
+		}
+	}
+	for _, o := range overlaps(all) {
+		errs.add(o[1].field, "%s of pool %q overlaps %s (%s of pool %q); pools must not overlap",
+			o[1].prefix, o[1].pool, o[0].field, o[0].prefix, o[0].pool)
+	}
+	return errs.errs
+}
+
+// uniquePoolName checks pools[i].name and records it in seen (name -> index).
+func (errs *problems) uniquePoolName(f, name string, i int, seen map[string]int) {
+	if !poolName.MatchString(name) {
+		errs.add(f+".name", "%q must be lower-case letters, digits, '-' or '.', starting and ending with a letter or digit", name)
+	} else if j, dup := seen[name]; dup {
+		errs.add(f+".name", "%q is already the name of pools[%d]", name, j)
+	} else {
+		seen[name] = i
+	}
+}
+
+// poolCIDRs parses the pool's CIDRs, keeping those that are valid and of the first one's family.
+func (errs *problems) poolCIDRs(f string, p Pool) ([]netip.Prefix, []placedCIDR) {
+	var prefixes []netip.Prefix
+	var placed []placedCIDR
+	for j, s := range p.CIDRs {
+		cf := fmt.Sprintf("%s.cidrs[%d]", f, j)
+		pr, err := netip.ParsePrefix(strings.TrimSpace(s))
+		if err != nil {
+			errs.add(cf, "%q is not a CIDR", s)
+			continue
+		}
+		if pr.Masked() != pr {
+			errs.add(cf, "%s has host bits set; did you mean %s?", s, pr.Masked())
+			continue
+		}
+		if len(prefixes) > 0 && prefixes[0].Addr().Is4() != pr.Addr().Is4() {
+			errs.add(cf, "%s is not of the same family as %s; a pool holds one family (make one pool per family)", s, prefixes[0])
+			continue
+		}
+		prefixes = append(prefixes, pr)
+		placed = append(placed, placedCIDR{prefix: pr, field: cf, pool: p.Name})
+	}
+	return prefixes, placed
+}
+
+// inPrefixes reports whether a lies in one of prefixes.
+func inPrefixes(prefixes []netip.Prefix, a netip.Addr) bool {
+	for _, pr := range prefixes {
+		if pr.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+func (errs *problems) poolExcludes(f string, p Pool, prefixes []netip.Prefix) {
+	for j, s := range p.Exclude {
+		ef := fmt.Sprintf("%s.exclude[%d]", f, j)
+		r, err := allocator.ParseRange(s)
+		if err != nil {
+			errs.add(ef, "%v", err)
+			continue
+		}
+		if len(prefixes) > 0 && (!inPrefixes(prefixes, r.From) || !inPrefixes(prefixes, r.To)) {
+			errs.add(ef, "%s lies outside the pool's CIDRs %v", s, p.CIDRs)
+		}
+	}
+}
+
+// poolGateway returns the pool's gateway when it is valid (the zero Addr otherwise).
+func (errs *problems) poolGateway(f string, p Pool, prefixes []netip.Prefix) netip.Addr {
+	if p.Gateway == "" {
+		return netip.Addr{}
+	}
+	a, err := netip.ParseAddr(p.Gateway)
+	switch {
+	case err != nil:
+		errs.add(f+".gateway", "%q is not an IP address", p.Gateway)
+	case len(prefixes) > 0 && !inPrefixes(prefixes, a):
+		errs.add(f+".gateway", "%s lies outside the pool's CIDRs %v", a, p.CIDRs)
+	default:
+		return a
+	}
+	return netip.Addr{}
+}
+
+func (errs *problems) poolRoutes(f string, routes []Route, prefixes []netip.Prefix) {
+	for j, r := range routes {
+		rf := fmt.Sprintf("%s.routes[%d]", f, j)
+		dst, err := netip.ParsePrefix(r.Dst)
+		if err != nil {
+			errs.add(rf+".dst", "%q is not a CIDR", r.Dst)
+			continue
+		}
+		if len(prefixes) > 0 && dst.Addr().Is4() != prefixes[0].Addr().Is4() {
+			errs.add(rf+".dst", "%s is not of the pool's family", r.Dst)
+		}
+		if r.GW != "" {
+			g, err := netip.ParseAddr(r.GW)
+			if err != nil {
+				errs.add(rf+".gw", "%q is not an IP address", r.GW)
+			} else if g.Is4() != dst.Addr().Is4() {
+				errs.add(rf+".gw", "%s is not of the same family as dst %s", r.GW, r.Dst)
 			}
 		}
 	}
-	// Overlaps across (and within) pools: an address in two pools could be handed out twice.
+}
+
+// poolSpace asks the allocator whether the pool has an address to hand out.
+func (errs *problems) poolSpace(f string, p Pool, prefixes []netip.Prefix, gw netip.Addr) {
+	if a, err := allocator.New(p.allocatorConfig(prefixes, gw)); err != nil {
+		errs.add(f, "%v", err)
+	} else if a.Stats().Usable == 0 {
+		errs.add(f, "pool %q has no address to hand out: exclusions, gateway, network and broadcast addresses cover it all", p.Name)
+	}
+}
+
+// overlaps returns the CIDRs that overlap an earlier one (across and within pools: an
+// address in two pools could be handed out twice), each as {earlier, later}, in address
+// order. It sorts all.
+func overlaps(all []placedCIDR) [][2]placedCIDR {
+	var out [][2]placedCIDR
 	sort.SliceStable(all, func(i, j int) bool { return comparePrefix(all[i].prefix, all[j].prefix) < 0 })
 	for i := 1; i < len(all); i++ {
 		for j := i - 1; j >= 0; j-- {
 			if all[j].prefix.Overlaps(all[i].prefix) {
-				add(all[i].field, "%s of pool %q overlaps %s (%s of pool %q); pools must not overlap",
-					all[i].prefix, all[i].pool, all[j].field, all[j].prefix, all[j].pool)
+				out = append(out, [2]placedCIDR{all[j], all[i]})
 				break
 			}
 			if all[j].prefix.Addr().BitLen() != all[i].prefix.Addr().BitLen() {
@@ -201,7 +243,7 @@ func (c *Config) validatePools() []error {
 			}
 		}
 	}
-	return errs
+	return out
 }
 
 func (p Pool) allocatorConfig(prefixes []netip.Prefix, gw netip.Addr) allocator.Config {
