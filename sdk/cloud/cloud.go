@@ -8,7 +8,7 @@ import (
 
 // ContractVersion is the semantic version of this contract. A host refuses a backend whose
 // major version differs, or whose minor version is newer than the host's.
-const ContractVersion = "1.1.0"
+const ContractVersion = "1.2.0"
 
 // CloudBackend is the interface every cloud backend implements, whatever its transport.
 type CloudBackend interface {
@@ -47,6 +47,9 @@ var (
 	ErrThrottled = errors.New("cloud: throttled")
 	// ErrUnsupported: the backend cannot perform this operation at all.
 	ErrUnsupported = errors.New("cloud: unsupported")
+	// ErrNoFreePrefix (contract 1.2): the subnet has no free block of the delegated prefix
+	// size left (AWS: InsufficientCidrBlocks), though single addresses may still be free.
+	ErrNoFreePrefix = errors.New("cloud: no free prefix in subnet")
 )
 
 // NodeRef identifies a node to the cloud.
@@ -92,6 +95,9 @@ type Interface struct {
 	SecurityGroups []string
 	// Tags set on the interface.
 	Tags map[string]string
+	// Prefixes (contract 1.2) are the prefixes delegated to the interface (AWS: IPv4 /28,
+	// IPv6 /80), sorted; their addresses are not listed in Addresses.
+	Prefixes []netip.Prefix
 }
 
 // Subnet is one subnet a node can draw from.
@@ -115,6 +121,10 @@ type Limits struct {
 	AddressesPerInterface int
 	// IPv6AddressesPerInterface is the same for IPv6, 0 = unknown/unlimited.
 	IPv6AddressesPerInterface int
+	// PrefixDelegation (contract 1.2) says the node can carry delegated prefixes, each in
+	// one address slot (AWS: Nitro instances). A backend of contract 1.1 never sets it, so
+	// the operator never asks it for prefixes.
+	PrefixDelegation bool
 }
 
 // AllocateRequest asks for new addresses on an existing interface.
@@ -125,13 +135,19 @@ type AllocateRequest struct {
 	Family    Family
 	// Count is how many addresses to assign, at least 1.
 	Count int
+	// Prefixes (contract 1.2): Count counts delegated prefixes of Family (AWS: /28 for
+	// IPv4, /80 for IPv6) instead of addresses. Only asked of nodes whose Limits say
+	// PrefixDelegation.
+	Prefixes bool
 }
 
 // AllocateResult reports what Allocate assigned.
 type AllocateResult struct {
 	Interface string
-	// Addresses newly assigned, sorted; at most Count, at least 1.
+	// Addresses newly assigned, sorted; together with Prefixes at most Count, at least 1.
 	Addresses []netip.Addr
+	// Prefixes (contract 1.2) newly delegated, sorted.
+	Prefixes []netip.Prefix
 }
 
 // CreateInterfaceRequest asks for a new interface on a node.
@@ -164,4 +180,6 @@ type ReleaseRequest struct {
 	Node      NodeRef
 	Interface string
 	Addresses []netip.Addr
+	// Prefixes (contract 1.2) to take back whole; a backend of contract 1.1 ignores them.
+	Prefixes []netip.Prefix
 }

@@ -36,6 +36,7 @@ var sentinelReasons = []struct {
 	{cloud.ErrSubnetFull, "CLOUD_SUBNET_FULL", codes.ResourceExhausted},
 	{cloud.ErrThrottled, "CLOUD_THROTTLED", codes.ResourceExhausted},
 	{cloud.ErrUnsupported, "CLOUD_UNSUPPORTED", codes.Unimplemented},
+	{cloud.ErrNoFreePrefix, "CLOUD_NO_FREE_PREFIX", codes.ResourceExhausted},
 	{wire.ErrInvalid, "INVALID_MESSAGE", codes.InvalidArgument},
 	{ErrPluginPanic, "PANIC", codes.Internal},
 }

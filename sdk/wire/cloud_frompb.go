@@ -2,6 +2,7 @@ package wire
 
 import (
 	"net/netip"
+	"slices"
 
 	"github.com/allot-ipam/allot/sdk/cloud"
 	"github.com/allot-ipam/allot/sdk/policy"
@@ -61,6 +62,7 @@ func NodeInventoryFromProto(m *pb.NodeInventory) (cloud.NodeInventory, error) {
 			MaxInterfaces:             int(l.MaxInterfaces),
 			AddressesPerInterface:     int(l.AddressesPerInterface),
 			IPv6AddressesPerInterface: int(l.Ipv6AddressesPerInterface),
+			PrefixDelegation:          l.PrefixDelegation,
 		}
 	}
 	for i, ifc := range m.Interfaces {
@@ -110,9 +112,13 @@ func interfaceFromProto(msg, field string, m *pb.Interface) (cloud.Interface, er
 	if err != nil {
 		return cloud.Interface{}, err
 	}
+	prefixes, err := parseDelegated(msg, dot+"prefixes", m.Prefixes)
+	if err != nil {
+		return cloud.Interface{}, err
+	}
 	return cloud.Interface{
 		ID: m.Id, Index: int(m.Index), Subnet: m.Subnet, MAC: m.Mac, Primary: m.Primary,
-		Addresses: addrs, SecurityGroups: m.SecurityGroups, Tags: mapFromProto(m.Tags),
+		Addresses: addrs, SecurityGroups: m.SecurityGroups, Tags: mapFromProto(m.Tags), Prefixes: prefixes,
 	}, nil
 }
 
@@ -131,6 +137,17 @@ func parseAddrs(msg, field string, ss []string) ([]netip.Addr, error) {
 	return out, nil
 }
 
+// parseDelegated parses delegated prefixes, which are canonical (no host bits set).
+func parseDelegated(msg, field string, ss []string) ([]netip.Prefix, error) {
+	out, err := parsePrefixes(msg, field, ss)
+	for i, p := range out {
+		if p != p.Masked() {
+			return nil, invalid(msg, idx(field, i), "prefix %s has host bits set", p)
+		}
+	}
+	return out, err
+}
+
 // AllocateRequestFromProto decodes and validates an allocate request (backend side).
 func AllocateRequestFromProto(m *pb.AllocateRequest) (cloud.AllocateRequest, error) {
 	if m == nil {
@@ -147,12 +164,13 @@ func AllocateRequestFromProto(m *pb.AllocateRequest) (cloud.AllocateRequest, err
 	if m.Count < 1 {
 		return cloud.AllocateRequest{}, invalid(msgAllocateRequest, "count", "%d, want at least 1", m.Count)
 	}
-	return cloud.AllocateRequest{Node: node, Interface: m.Interface, Family: fam, Count: int(m.Count)}, nil
+	return cloud.AllocateRequest{Node: node, Interface: m.Interface, Family: fam, Count: int(m.Count), Prefixes: m.Prefixes}, nil
 }
 
 // AllocateResultFromProto decodes and validates a backend's allocate result against the
-// request it answers (host side): at least one and at most req.Count addresses, all of
-// req.Family, none repeated.
+// request it answers (host side): at least one and at most req.Count addresses and prefixes
+// together (prefixes only when req.Prefixes asked for them), all of req.Family, none
+// repeated.
 func AllocateResultFromProto(req cloud.AllocateRequest, m *pb.AllocateResult) (cloud.AllocateResult, error) {
 	if m == nil {
 		return cloud.AllocateResult{}, invalid(msgAllocateResult, "", "missing message")
@@ -161,19 +179,30 @@ func AllocateResultFromProto(req cloud.AllocateRequest, m *pb.AllocateResult) (c
 	if err != nil {
 		return cloud.AllocateResult{}, err
 	}
-	if len(addrs) == 0 {
-		return cloud.AllocateResult{}, invalid(msgAllocateResult, "addresses", "no address assigned and no error")
+	prefixes, err := parseDelegated(msgAllocateResult, "prefixes", m.Prefixes)
+	if err != nil {
+		return cloud.AllocateResult{}, err
 	}
-	if len(addrs) > req.Count {
-		return cloud.AllocateResult{}, invalid(msgAllocateResult, "addresses", "%d addresses, request asked for at most %d", len(addrs), req.Count)
+	if len(prefixes) > 0 && !req.Prefixes {
+		return cloud.AllocateResult{}, invalid(msgAllocateResult, "prefixes", "%d prefixes, request asked for addresses", len(prefixes))
+	}
+	if n := len(addrs) + len(prefixes); n == 0 {
+		return cloud.AllocateResult{}, invalid(msgAllocateResult, "addresses", "no address assigned and no error")
+	} else if n > req.Count {
+		return cloud.AllocateResult{}, invalid(msgAllocateResult, "addresses", "%d addresses, request asked for at most %d", n, req.Count)
 	}
 	if err := checkFamilyUnique(msgAllocateResult, "addresses", req.Family, addrs); err != nil {
 		return cloud.AllocateResult{}, err
 	}
+	for i, p := range prefixes {
+		if (req.Family == cloud.IPv4) != p.Addr().Is4() || slices.Contains(prefixes[:i], p) {
+			return cloud.AllocateResult{}, invalid(msgAllocateResult, idx("prefixes", i), "prefix %s is not %s or repeated", p, req.Family)
+		}
+	}
 	if m.Interface == "" {
 		return cloud.AllocateResult{}, invalid(msgAllocateResult, "interface", "empty interface id")
 	}
-	return cloud.AllocateResult{Interface: m.Interface, Addresses: addrs}, nil
+	return cloud.AllocateResult{Interface: m.Interface, Addresses: addrs, Prefixes: prefixes}, nil
 }
 
 func checkFamilyUnique(msg, field string, fam cloud.Family, addrs []netip.Addr) error {
@@ -232,5 +261,9 @@ func ReleaseRequestFromProto(m *pb.ReleaseRequest) (cloud.ReleaseRequest, error)
 	if err != nil {
 		return cloud.ReleaseRequest{}, err
 	}
-	return cloud.ReleaseRequest{Node: node, Interface: m.Interface, Addresses: addrs}, nil
+	prefixes, err := parseDelegated(msgReleaseRequest, "prefixes", m.Prefixes)
+	if err != nil {
+		return cloud.ReleaseRequest{}, err
+	}
+	return cloud.ReleaseRequest{Node: node, Interface: m.Interface, Addresses: addrs, Prefixes: prefixes}, nil
 }

@@ -22,6 +22,7 @@ func NodeInventoryToProto(inv cloud.NodeInventory) *pb.NodeInventory {
 		MaxInterfaces:             int32(inv.Limits.MaxInterfaces),
 		AddressesPerInterface:     int32(inv.Limits.AddressesPerInterface),
 		Ipv6AddressesPerInterface: int32(inv.Limits.IPv6AddressesPerInterface),
+		PrefixDelegation:          inv.Limits.PrefixDelegation,
 	}}
 	for _, ifc := range inv.Interfaces {
 		out.Interfaces = append(out.Interfaces, InterfaceToProto(ifc))
@@ -39,6 +40,7 @@ func InterfaceToProto(ifc cloud.Interface) *pb.Interface {
 	return &pb.Interface{
 		Id: ifc.ID, Index: int32(ifc.Index), Subnet: ifc.Subnet, Mac: ifc.MAC, Primary: ifc.Primary,
 		Addresses: addrsToStrings(ifc.Addresses), SecurityGroups: ifc.SecurityGroups, Tags: mapToProto(ifc.Tags),
+		Prefixes: prefixesToStrings(ifc.Prefixes),
 	}
 }
 
@@ -46,13 +48,13 @@ func InterfaceToProto(ifc cloud.Interface) *pb.Interface {
 func AllocateRequestToProto(r cloud.AllocateRequest) *pb.AllocateRequest {
 	return &pb.AllocateRequest{
 		Node: NodeRefToProto(r.Node), Interface: r.Interface,
-		Family: cloudFamilyToProto(r.Family), Count: int32(r.Count),
+		Family: cloudFamilyToProto(r.Family), Count: int32(r.Count), Prefixes: r.Prefixes,
 	}
 }
 
 // AllocateResultToProto encodes an allocate result (backend side).
 func AllocateResultToProto(r cloud.AllocateResult) *pb.AllocateResult {
-	return &pb.AllocateResult{Interface: r.Interface, Addresses: addrsToStrings(r.Addresses)}
+	return &pb.AllocateResult{Interface: r.Interface, Addresses: addrsToStrings(r.Addresses), Prefixes: prefixesToStrings(r.Prefixes)}
 }
 
 // CreateInterfaceRequestToProto encodes a create-interface request (host side).
@@ -67,7 +69,8 @@ func CreateInterfaceRequestToProto(r cloud.CreateInterfaceRequest) *pb.CreateInt
 
 // ReleaseRequestToProto encodes a release request (host side).
 func ReleaseRequestToProto(r cloud.ReleaseRequest) *pb.ReleaseRequest {
-	return &pb.ReleaseRequest{Node: NodeRefToProto(r.Node), Interface: r.Interface, Addresses: addrsToStrings(r.Addresses)}
+	return &pb.ReleaseRequest{Node: NodeRefToProto(r.Node), Interface: r.Interface,
+		Addresses: addrsToStrings(r.Addresses), Prefixes: prefixesToStrings(r.Prefixes)}
 }
 
 func addrsToStrings(as []netip.Addr) []string {

@@ -146,8 +146,10 @@ type Interface struct {
 	Addresses      []string               `protobuf:"bytes,6,rep,name=addresses,proto3" json:"addresses,omitempty"`
 	SecurityGroups []string               `protobuf:"bytes,7,rep,name=security_groups,json=securityGroups,proto3" json:"security_groups,omitempty"`
 	Tags           []*StringPair          `protobuf:"bytes,8,rep,name=tags,proto3" json:"tags,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Contract 1.2: delegated prefixes (AWS: IPv4 /28, IPv6 /80).
+	Prefixes      []string `protobuf:"bytes,9,rep,name=prefixes,proto3" json:"prefixes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Interface) Reset() {
@@ -232,6 +234,13 @@ func (x *Interface) GetSecurityGroups() []string {
 func (x *Interface) GetTags() []*StringPair {
 	if x != nil {
 		return x.Tags
+	}
+	return nil
+}
+
+func (x *Interface) GetPrefixes() []string {
+	if x != nil {
+		return x.Prefixes
 	}
 	return nil
 }
@@ -325,8 +334,10 @@ type Limits struct {
 	MaxInterfaces             int32                  `protobuf:"varint,1,opt,name=max_interfaces,json=maxInterfaces,proto3" json:"max_interfaces,omitempty"`
 	AddressesPerInterface     int32                  `protobuf:"varint,2,opt,name=addresses_per_interface,json=addressesPerInterface,proto3" json:"addresses_per_interface,omitempty"`
 	Ipv6AddressesPerInterface int32                  `protobuf:"varint,3,opt,name=ipv6_addresses_per_interface,json=ipv6AddressesPerInterface,proto3" json:"ipv6_addresses_per_interface,omitempty"`
-	unknownFields             protoimpl.UnknownFields
-	sizeCache                 protoimpl.SizeCache
+	// Contract 1.2: the node can carry delegated prefixes.
+	PrefixDelegation bool `protobuf:"varint,4,opt,name=prefix_delegation,json=prefixDelegation,proto3" json:"prefix_delegation,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Limits) Reset() {
@@ -378,6 +389,13 @@ func (x *Limits) GetIpv6AddressesPerInterface() int32 {
 		return x.Ipv6AddressesPerInterface
 	}
 	return 0
+}
+
+func (x *Limits) GetPrefixDelegation() bool {
+	if x != nil {
+		return x.PrefixDelegation
+	}
+	return false
 }
 
 type NodeInventory struct {
@@ -441,11 +459,13 @@ func (x *NodeInventory) GetLimits() *Limits {
 }
 
 type AllocateRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Node          *NodeRef               `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
-	Interface     string                 `protobuf:"bytes,2,opt,name=interface,proto3" json:"interface,omitempty"`
-	Family        Family                 `protobuf:"varint,3,opt,name=family,proto3,enum=allot.plugin.v1.Family" json:"family,omitempty"`
-	Count         int32                  `protobuf:"varint,4,opt,name=count,proto3" json:"count,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Node      *NodeRef               `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	Interface string                 `protobuf:"bytes,2,opt,name=interface,proto3" json:"interface,omitempty"`
+	Family    Family                 `protobuf:"varint,3,opt,name=family,proto3,enum=allot.plugin.v1.Family" json:"family,omitempty"`
+	Count     int32                  `protobuf:"varint,4,opt,name=count,proto3" json:"count,omitempty"`
+	// Contract 1.2: count counts delegated prefixes.
+	Prefixes      bool `protobuf:"varint,5,opt,name=prefixes,proto3" json:"prefixes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -508,10 +528,19 @@ func (x *AllocateRequest) GetCount() int32 {
 	return 0
 }
 
+func (x *AllocateRequest) GetPrefixes() bool {
+	if x != nil {
+		return x.Prefixes
+	}
+	return false
+}
+
 type AllocateResult struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Interface     string                 `protobuf:"bytes,1,opt,name=interface,proto3" json:"interface,omitempty"`
-	Addresses     []string               `protobuf:"bytes,2,rep,name=addresses,proto3" json:"addresses,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Interface string                 `protobuf:"bytes,1,opt,name=interface,proto3" json:"interface,omitempty"`
+	Addresses []string               `protobuf:"bytes,2,rep,name=addresses,proto3" json:"addresses,omitempty"`
+	// Contract 1.2.
+	Prefixes      []string `protobuf:"bytes,3,rep,name=prefixes,proto3" json:"prefixes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -556,6 +585,13 @@ func (x *AllocateResult) GetInterface() string {
 func (x *AllocateResult) GetAddresses() []string {
 	if x != nil {
 		return x.Addresses
+	}
+	return nil
+}
+
+func (x *AllocateResult) GetPrefixes() []string {
+	if x != nil {
+		return x.Prefixes
 	}
 	return nil
 }
@@ -678,10 +714,12 @@ func (x *CreateInterfaceRequest) GetSecurityGroupTags() []*StringPair {
 }
 
 type ReleaseRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Node          *NodeRef               `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
-	Interface     string                 `protobuf:"bytes,2,opt,name=interface,proto3" json:"interface,omitempty"`
-	Addresses     []string               `protobuf:"bytes,3,rep,name=addresses,proto3" json:"addresses,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Node      *NodeRef               `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	Interface string                 `protobuf:"bytes,2,opt,name=interface,proto3" json:"interface,omitempty"`
+	Addresses []string               `protobuf:"bytes,3,rep,name=addresses,proto3" json:"addresses,omitempty"`
+	// Contract 1.2.
+	Prefixes      []string `protobuf:"bytes,4,rep,name=prefixes,proto3" json:"prefixes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -737,6 +775,13 @@ func (x *ReleaseRequest) GetAddresses() []string {
 	return nil
 }
 
+func (x *ReleaseRequest) GetPrefixes() []string {
+	if x != nil {
+		return x.Prefixes
+	}
+	return nil
+}
+
 type ReleaseResult struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -785,7 +830,7 @@ const file_allot_plugin_v1_cloud_proto_rawDesc = "" +
 	"\rinstance_type\x18\x03 \x01(\tR\finstanceType\x12\x12\n" +
 	"\x04zone\x18\x04 \x01(\tR\x04zone\"@\n" +
 	"\x10InventoryRequest\x12,\n" +
-	"\x04node\x18\x01 \x01(\v2\x18.allot.plugin.v1.NodeRefR\x04node\"\xed\x01\n" +
+	"\x04node\x18\x01 \x01(\v2\x18.allot.plugin.v1.NodeRefR\x04node\"\x89\x02\n" +
 	"\tInterface\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05index\x18\x02 \x01(\x05R\x05index\x12\x16\n" +
@@ -794,32 +839,36 @@ const file_allot_plugin_v1_cloud_proto_rawDesc = "" +
 	"\aprimary\x18\x05 \x01(\bR\aprimary\x12\x1c\n" +
 	"\taddresses\x18\x06 \x03(\tR\taddresses\x12'\n" +
 	"\x0fsecurity_groups\x18\a \x03(\tR\x0esecurityGroups\x12/\n" +
-	"\x04tags\x18\b \x03(\v2\x1b.allot.plugin.v1.StringPairR\x04tags\"\x97\x01\n" +
+	"\x04tags\x18\b \x03(\v2\x1b.allot.plugin.v1.StringPairR\x04tags\x12\x1a\n" +
+	"\bprefixes\x18\t \x03(\tR\bprefixes\"\x97\x01\n" +
 	"\x06Subnet\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04cidr\x18\x02 \x01(\tR\x04cidr\x12\x12\n" +
 	"\x04free\x18\x03 \x01(\x04R\x04free\x12\x10\n" +
 	"\x03vpc\x18\x04 \x01(\tR\x03vpc\x12\x12\n" +
 	"\x04zone\x18\x05 \x01(\tR\x04zone\x12/\n" +
-	"\x04tags\x18\x06 \x03(\v2\x1b.allot.plugin.v1.StringPairR\x04tags\"\xa8\x01\n" +
+	"\x04tags\x18\x06 \x03(\v2\x1b.allot.plugin.v1.StringPairR\x04tags\"\xd5\x01\n" +
 	"\x06Limits\x12%\n" +
 	"\x0emax_interfaces\x18\x01 \x01(\x05R\rmaxInterfaces\x126\n" +
 	"\x17addresses_per_interface\x18\x02 \x01(\x05R\x15addressesPerInterface\x12?\n" +
-	"\x1cipv6_addresses_per_interface\x18\x03 \x01(\x05R\x19ipv6AddressesPerInterface\"\xaf\x01\n" +
+	"\x1cipv6_addresses_per_interface\x18\x03 \x01(\x05R\x19ipv6AddressesPerInterface\x12+\n" +
+	"\x11prefix_delegation\x18\x04 \x01(\bR\x10prefixDelegation\"\xaf\x01\n" +
 	"\rNodeInventory\x12:\n" +
 	"\n" +
 	"interfaces\x18\x01 \x03(\v2\x1a.allot.plugin.v1.InterfaceR\n" +
 	"interfaces\x121\n" +
 	"\asubnets\x18\x02 \x03(\v2\x17.allot.plugin.v1.SubnetR\asubnets\x12/\n" +
-	"\x06limits\x18\x03 \x01(\v2\x17.allot.plugin.v1.LimitsR\x06limits\"\xa4\x01\n" +
+	"\x06limits\x18\x03 \x01(\v2\x17.allot.plugin.v1.LimitsR\x06limits\"\xc0\x01\n" +
 	"\x0fAllocateRequest\x12,\n" +
 	"\x04node\x18\x01 \x01(\v2\x18.allot.plugin.v1.NodeRefR\x04node\x12\x1c\n" +
 	"\tinterface\x18\x02 \x01(\tR\tinterface\x12/\n" +
 	"\x06family\x18\x03 \x01(\x0e2\x17.allot.plugin.v1.FamilyR\x06family\x12\x14\n" +
-	"\x05count\x18\x04 \x01(\x05R\x05count\"L\n" +
+	"\x05count\x18\x04 \x01(\x05R\x05count\x12\x1a\n" +
+	"\bprefixes\x18\x05 \x01(\bR\bprefixes\"h\n" +
 	"\x0eAllocateResult\x12\x1c\n" +
 	"\tinterface\x18\x01 \x01(\tR\tinterface\x12\x1c\n" +
-	"\taddresses\x18\x02 \x03(\tR\taddresses\"\xb8\x03\n" +
+	"\taddresses\x18\x02 \x03(\tR\taddresses\x12\x1a\n" +
+	"\bprefixes\x18\x03 \x03(\tR\bprefixes\"\xb8\x03\n" +
 	"\x16CreateInterfaceRequest\x12,\n" +
 	"\x04node\x18\x01 \x01(\v2\x18.allot.plugin.v1.NodeRefR\x04node\x12\x14\n" +
 	"\x05index\x18\x02 \x01(\x05R\x05index\x12\x16\n" +
@@ -831,11 +880,12 @@ const file_allot_plugin_v1_cloud_proto_rawDesc = "" +
 	"\x06family\x18\b \x01(\x0e2\x17.allot.plugin.v1.FamilyR\x06family\x12\x14\n" +
 	"\x05count\x18\t \x01(\x05R\x05count\x12K\n" +
 	"\x13security_group_tags\x18\n" +
-	" \x03(\v2\x1b.allot.plugin.v1.StringPairR\x11securityGroupTags\"z\n" +
+	" \x03(\v2\x1b.allot.plugin.v1.StringPairR\x11securityGroupTags\"\x96\x01\n" +
 	"\x0eReleaseRequest\x12,\n" +
 	"\x04node\x18\x01 \x01(\v2\x18.allot.plugin.v1.NodeRefR\x04node\x12\x1c\n" +
 	"\tinterface\x18\x02 \x01(\tR\tinterface\x12\x1c\n" +
-	"\taddresses\x18\x03 \x03(\tR\taddresses\"\x0f\n" +
+	"\taddresses\x18\x03 \x03(\tR\taddresses\x12\x1a\n" +
+	"\bprefixes\x18\x04 \x03(\tR\bprefixes\"\x0f\n" +
 	"\rReleaseResultB9Z7github.com/allot-ipam/allot/sdk/proto/pluginv1;pluginv1b\x06proto3"
 
 var (
