@@ -31,6 +31,8 @@ func init() {
 		"AssignPrivateIpAddresses":        (*Server).assignPrivateIPAddresses,
 		"UnassignPrivateIpAddresses":      (*Server).unassignPrivateIPAddresses,
 		"CreateTags":                      (*Server).createTags,
+		"AssignIpv6Addresses":             (*Server).assignIPv6Addresses,
+		"UnassignIpv6Addresses":           (*Server).unassignIPv6Addresses,
 	}
 }
 
@@ -432,7 +434,11 @@ func (s *Server) describeInstanceTypes(f url.Values) ([]field, error) {
 		ni := xmlNetworkInfo{MaximumNetworkInterfaces: l.ENIs, MaximumNetworkCards: 1, IPv4AddressesPerInterface: l.IPv4PerENI,
 			IPv6AddressesPerInterface: l.IPv6PerENI, IPv6Supported: l.IPv6PerENI > 0}
 		ni.NetworkCards.Item = []xmlNetworkCard{{NetworkCardIndex: 0, MaximumNetworkInterfaces: l.ENIs}}
-		out.Item = append(out.Item, xmlInstanceType{InstanceType: t, NetworkInfo: ni})
+		hv := l.Hypervisor
+		if hv == "" {
+			hv = Nitro
+		}
+		out.Item = append(out.Item, xmlInstanceType{InstanceType: t, Hypervisor: hv, NetworkInfo: ni})
 	}
 	return withToken([]field{{"instanceTypeSet", out}}, next), nil
 }
@@ -613,6 +619,21 @@ func (s *Server) assignPrivateIPAddresses(f url.Values) ([]field, error) {
 		}
 		explicit = append(explicit, a)
 	}
+	pcount, err := intParam(f, "Ipv4PrefixCount", 0)
+	if err != nil {
+		return nil, err
+	}
+	prefixes, err := prefixList(f, "Ipv4Prefix", prefixBits4)
+	if err != nil {
+		return nil, err
+	}
+	if pcount > 0 || len(prefixes) > 0 {
+		if count != 0 || len(explicit) > 0 || (pcount > 0) == (len(prefixes) > 0) || pcount < 0 {
+			return nil, apiError{status: 400, code: "InvalidParameterCombination",
+				msg: "Exactly one of SecondaryPrivateIpAddressCount, PrivateIpAddress, Ipv4PrefixCount and Ipv4Prefix must be given."}
+		}
+		return s.assignIPv4Prefixes(e, pcount, prefixes)
+	}
 	if (count > 0) == (len(explicit) > 0) || count < 0 {
 		return nil, apiError{status: 400, code: "InvalidParameterCombination",
 			msg: "Exactly one of SecondaryPrivateIpAddressCount and PrivateIpAddress must be given."}
@@ -622,7 +643,7 @@ func (s *Server) assignPrivateIPAddresses(f url.Values) ([]field, error) {
 	if e.Attachment != nil {
 		limit = s.types[s.instances[e.Attachment.InstanceID].Type].IPv4PerENI
 	}
-	if 1+len(e.Secondary)+n > limit {
+	if e.slotsUsed()+n > limit {
 		return nil, apiError{status: 400, code: "PrivateIpAddressLimitExceeded",
 			msg: fmt.Sprintf("Number of private addresses will exceed limit of %d for %s.", limit, e.ID)}
 	}
@@ -658,6 +679,13 @@ func (s *Server) unassignPrivateIPAddresses(f url.Values) ([]field, error) {
 		return nil, err
 	}
 	addrs := list(f, "PrivateIpAddress")
+	prefixes, err := prefixList(f, "Ipv4Prefix", prefixBits4)
+	if err != nil {
+		return nil, err
+	}
+	if len(prefixes) > 0 && len(addrs) == 0 {
+		return s.unassignIPv4Prefixes(e, prefixes)
+	}
 	if len(addrs) == 0 {
 		return nil, missing("PrivateIpAddress")
 	}

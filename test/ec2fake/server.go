@@ -262,6 +262,12 @@ func (s *Server) releaseAll(e *ENI) {
 	for _, a := range e.Secondary {
 		delete(sn.used, a)
 	}
+	for _, p := range e.Prefixes4 {
+		sn.freeBlock4(p)
+	}
+	for _, p := range e.Prefixes6 {
+		delete(sn.used6, p)
+	}
 }
 
 // SetLatency changes the latency added to every call.
@@ -396,7 +402,7 @@ func (s *Server) CheckInvariants() error {
 	for _, id := range sortedKeys(s.enis) {
 		e := s.enis[id]
 		sn := s.subnets[e.Subnet]
-		for _, a := range append([]netip.Addr{e.PrimaryIP}, e.Secondary...) {
+		for _, a := range append(append([]netip.Addr{e.PrimaryIP}, e.Secondary...), prefixAddrs(e.Prefixes4)...) {
 			if prev, dup := seen[a]; dup {
 				return fmt.Errorf("address %s is on %s and %s", a, prev, id)
 			}
@@ -408,8 +414,8 @@ func (s *Server) CheckInvariants() error {
 		if e.Attachment != nil {
 			inst := s.instances[e.Attachment.InstanceID]
 			perInstance[inst.ID]++
-			if lim := s.types[inst.Type]; 1+len(e.Secondary) > lim.IPv4PerENI {
-				return fmt.Errorf("%s carries %d addresses, limit of %s is %d", id, 1+len(e.Secondary), inst.Type, lim.IPv4PerENI)
+			if lim := s.types[inst.Type]; e.slotsUsed() > lim.IPv4PerENI {
+				return fmt.Errorf("%s carries %d addresses and prefixes, limit of %s is %d", id, e.slotsUsed(), inst.Type, lim.IPv4PerENI)
 			}
 		}
 	}

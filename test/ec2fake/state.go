@@ -14,6 +14,9 @@ type TypeLimits struct {
 	// IPv4PerENI counts the interface's primary address, as AWS does.
 	IPv4PerENI int
 	IPv6PerENI int
+	// Hypervisor is DescribeInstanceTypes' hypervisor; "" means Nitro. Only Nitro
+	// instances take prefixes.
+	Hypervisor string
 }
 
 // DefaultTypeLimits is a small table of real instance types (values from the EC2
@@ -47,9 +50,13 @@ type Subnet struct {
 	AZ   string
 	CIDR netip.Prefix
 	Tags map[string]string
+	// IPv6CIDR (optional) is the subnet's IPv6 block, the source of delegated /80s.
+	IPv6CIDR netip.Prefix
 
-	used   map[netip.Addr]string // address -> ENI ID
-	cursor uint64                // next-fit offset
+	used    map[netip.Addr]string // address -> ENI ID
+	cursor  uint64                // next-fit offset
+	used6   map[netip.Prefix]string
+	cursor6 uint64
 }
 
 // SecurityGroup is a fake security group.
@@ -83,14 +90,17 @@ type Attachment struct {
 
 // ENI is a fake elastic network interface.
 type ENI struct {
-	ID             string
-	Subnet         string
-	VPC            string
-	AZ             string
-	Description    string
-	MAC            string
-	PrimaryIP      netip.Addr
-	Secondary      []netip.Addr
+	ID          string
+	Subnet      string
+	VPC         string
+	AZ          string
+	Description string
+	MAC         string
+	PrimaryIP   netip.Addr
+	Secondary   []netip.Addr
+	// Prefixes4 and Prefixes6 are the delegated /28s and /80s.
+	Prefixes4      []netip.Prefix
+	Prefixes6      []netip.Prefix
 	SecurityGroups []string
 	Tags           map[string]string
 	Attachment     *Attachment // nil while available
@@ -100,6 +110,8 @@ type ENI struct {
 func (e *ENI) clone() ENI {
 	c := *e
 	c.Secondary = append([]netip.Addr(nil), e.Secondary...)
+	c.Prefixes4 = append([]netip.Prefix(nil), e.Prefixes4...)
+	c.Prefixes6 = append([]netip.Prefix(nil), e.Prefixes6...)
 	c.SecurityGroups = append([]string(nil), e.SecurityGroups...)
 	c.Tags = cloneTags(e.Tags)
 	if e.Attachment != nil {

@@ -47,21 +47,23 @@ type xmlAttachment struct {
 }
 
 type xmlENI struct {
-	NetworkInterfaceID string              `xml:"networkInterfaceId"`
-	SubnetID           string              `xml:"subnetId"`
-	VpcID              string              `xml:"vpcId"`
-	AvailabilityZone   string              `xml:"availabilityZone"`
-	Description        string              `xml:"description"`
-	OwnerID            string              `xml:"ownerId"`
-	Status             string              `xml:"status"`
-	MacAddress         string              `xml:"macAddress"`
-	PrivateIPAddress   string              `xml:"privateIpAddress"`
-	SourceDestCheck    bool                `xml:"sourceDestCheck"`
-	InterfaceType      string              `xml:"interfaceType"`
-	Groups             *items[xmlGroup]    `xml:"groupSet"`
-	Attachment         *xmlAttachment      `xml:"attachment"`
-	TagSet             *items[xmlTag]      `xml:"tagSet"`
-	PrivateIPs         items[xmlPrivateIP] `xml:"privateIpAddressesSet"`
+	NetworkInterfaceID string                `xml:"networkInterfaceId"`
+	SubnetID           string                `xml:"subnetId"`
+	VpcID              string                `xml:"vpcId"`
+	AvailabilityZone   string                `xml:"availabilityZone"`
+	Description        string                `xml:"description"`
+	OwnerID            string                `xml:"ownerId"`
+	Status             string                `xml:"status"`
+	MacAddress         string                `xml:"macAddress"`
+	PrivateIPAddress   string                `xml:"privateIpAddress"`
+	SourceDestCheck    bool                  `xml:"sourceDestCheck"`
+	InterfaceType      string                `xml:"interfaceType"`
+	Groups             *items[xmlGroup]      `xml:"groupSet"`
+	Attachment         *xmlAttachment        `xml:"attachment"`
+	TagSet             *items[xmlTag]        `xml:"tagSet"`
+	PrivateIPs         items[xmlPrivateIP]   `xml:"privateIpAddressesSet"`
+	IPv4Prefixes       *items[xmlIPv4Prefix] `xml:"ipv4PrefixSet"`
+	IPv6Prefixes       *items[xmlIPv6Prefix] `xml:"ipv6PrefixSet"`
 }
 
 type xmlPlacement struct {
@@ -134,7 +136,16 @@ type xmlNetworkInfo struct {
 
 type xmlInstanceType struct {
 	InstanceType string         `xml:"instanceType"`
+	Hypervisor   string         `xml:"hypervisor"`
 	NetworkInfo  xmlNetworkInfo `xml:"networkInfo"`
+}
+
+type xmlIPv4Prefix struct {
+	IPv4Prefix string `xml:"ipv4Prefix"`
+}
+
+type xmlIPv6Prefix struct {
+	IPv6Prefix string `xml:"ipv6Prefix"`
 }
 
 type xmlAssigned struct {
@@ -178,6 +189,18 @@ func (s *Server) eniXML(e *ENI) xmlENI {
 	sort.Slice(sec, func(i, j int) bool { return sec[i].Less(sec[j]) })
 	for _, a := range sec {
 		x.PrivateIPs.Item = append(x.PrivateIPs.Item, xmlPrivateIP{PrivateIPAddress: a.String()})
+	}
+	if len(e.Prefixes4) > 0 {
+		x.IPv4Prefixes = &items[xmlIPv4Prefix]{}
+		for _, p := range e.Prefixes4 {
+			x.IPv4Prefixes.Item = append(x.IPv4Prefixes.Item, xmlIPv4Prefix{p.String()})
+		}
+	}
+	if len(e.Prefixes6) > 0 {
+		x.IPv6Prefixes = &items[xmlIPv6Prefix]{}
+		for _, p := range e.Prefixes6 {
+			x.IPv6Prefixes.Item = append(x.IPv6Prefixes.Item, xmlIPv6Prefix{p.String()})
+		}
 	}
 	if a := e.Attachment; a != nil {
 		x.Status = "in-use"
