@@ -8,7 +8,7 @@
 
 bench-eni:
 	@mkdir -p $(ALLOT_CACHE)
-	$(GO) test -run '^$$' -bench BenchmarkENIConverge -benchtime 1x -timeout 30m ./plugins/cloud/aws-eni/ | tee $(ALLOT_CACHE)/bench-eni.txt | grep -vE '^(goos|goarch|pkg|cpu|PASS|ok|Benchmark)'
+	$(GO) test -run '^$$' -bench BenchmarkENIConverge -benchtime 1x -timeout 30m ./plugins/cloud/awseni/ | tee $(ALLOT_CACHE)/bench-eni.txt | grep -vE '^(goos|goarch|pkg|cpu|PASS|ok|Benchmark)'
 
 aws-eni-plugin:
-	$(GO) build -o $(BIN)/aws-eni ./plugins/cloud/aws-eni/cmd
+	$(GO) build -o $(BIN)/aws-eni ./plugins/cloud/awseni/cmd

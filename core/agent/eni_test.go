@@ -17,7 +17,7 @@ import (
 	"github.com/allot-ipam/allot/core/ipam"
 	allotv1 "github.com/allot-ipam/allot/core/k8s/apis/allot/v1alpha1"
 	"github.com/allot-ipam/allot/core/store"
-	ciliumannotations "github.com/allot-ipam/allot/plugins/policy/cilium-annotations"
+	ciliumannotations "github.com/allot-ipam/allot/plugins/policy/ciliumannotations"
 	"github.com/allot-ipam/allot/sdk/policy"
 	"github.com/allot-ipam/allot/test/k8senv"
 )

@@ -15,7 +15,7 @@ import (
 
 	"github.com/allot-ipam/allot/core/api"
 	"github.com/allot-ipam/allot/core/store"
-	ciliumannotations "github.com/allot-ipam/allot/plugins/policy/cilium-annotations"
+	ciliumannotations "github.com/allot-ipam/allot/plugins/policy/ciliumannotations"
 	"github.com/allot-ipam/allot/sdk/policy"
 )
 

@@ -10,7 +10,7 @@ import (
 // (IPPool: default, affinities, and whether it is being deleted; spec.disable is
 // SetPoolDisabled's, which also enforces it). Cilium's
 // multi-pool podSelector and namespaceSelector are the podAffinity and namespaceAffinity
-// read here (plugins/policy/cilium-annotations).
+// read here (plugins/policy/ciliumannotations).
 type PoolSelection struct {
 	Default, Terminating bool
 	NodeName             []string

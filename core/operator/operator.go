@@ -51,7 +51,7 @@ import (
 	"github.com/allot-ipam/allot/core/eni"
 	allotk8s "github.com/allot-ipam/allot/core/k8s"
 	allotv1 "github.com/allot-ipam/allot/core/k8s/apis/allot/v1alpha1"
-	nodelabels "github.com/allot-ipam/allot/plugins/policy/node-labels"
+	nodelabels "github.com/allot-ipam/allot/plugins/policy/nodelabels"
 	"github.com/allot-ipam/allot/sdk/policy"
 )
 

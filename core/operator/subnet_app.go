@@ -13,7 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	spiderpool "github.com/allot-ipam/allot/plugins/policy/spiderpool-priority"
+	spiderpool "github.com/allot-ipam/allot/plugins/policy/spiderpoolpriority"
 	"github.com/allot-ipam/allot/sdk/policy"
 )
 

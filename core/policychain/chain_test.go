@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	ciliumannotations "github.com/allot-ipam/allot/plugins/policy/cilium-annotations"
-	spiderpoolpriority "github.com/allot-ipam/allot/plugins/policy/spiderpool-priority"
+	ciliumannotations "github.com/allot-ipam/allot/plugins/policy/ciliumannotations"
+	spiderpoolpriority "github.com/allot-ipam/allot/plugins/policy/spiderpoolpriority"
 	"github.com/allot-ipam/allot/plugins/policy/static"
 	"github.com/allot-ipam/allot/sdk/policy"
 )

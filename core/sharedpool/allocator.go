@@ -14,7 +14,7 @@ import (
 	"github.com/allot-ipam/allot/core/api"
 	"github.com/allot-ipam/allot/core/k8s"
 	"github.com/allot-ipam/allot/core/k8s/apis/allot/v1alpha1"
-	spiderpoolpriority "github.com/allot-ipam/allot/plugins/policy/spiderpool-priority"
+	spiderpoolpriority "github.com/allot-ipam/allot/plugins/policy/spiderpoolpriority"
 	"github.com/allot-ipam/allot/sdk/policy"
 	"github.com/prometheus/client_golang/prometheus"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"

@@ -1,7 +1,7 @@
-// Package cloudbackends is the registry of allot's built-in cloud backends: an explicit list
+// Package cloud is the registry of allot's built-in cloud backends: an explicit list
 // of name → factory. A cloud backend loaded as a go-plugin process is used the same way.
 // Without any, pools come from the configuration (the "cluster pool" default).
-package cloudbackends
+package cloud
 
 import (
 	"context"
@@ -9,12 +9,12 @@ import (
 	"log/slog"
 	"strings"
 
-	awseni "github.com/allot-ipam/allot/plugins/cloud/aws-eni"
-	"github.com/allot-ipam/allot/sdk/cloud"
+	awseni "github.com/allot-ipam/allot/plugins/cloud/awseni"
+	sdkcloud "github.com/allot-ipam/allot/sdk/cloud"
 )
 
 // Factory builds a backend from its block of the configuration (cloud.backends.<name>).
-type Factory func(ctx context.Context, cfg map[string]any, log *slog.Logger) (cloud.CloudBackend, error)
+type Factory func(ctx context.Context, cfg map[string]any, log *slog.Logger) (sdkcloud.CloudBackend, error)
 
 // Plugin is one registry entry.
 type Plugin struct {
@@ -23,7 +23,7 @@ type Plugin struct {
 }
 
 var builtins = []Plugin{
-	{Name: "aws-eni", New: func(ctx context.Context, cfg map[string]any, log *slog.Logger) (cloud.CloudBackend, error) {
+	{Name: "aws-eni", New: func(ctx context.Context, cfg map[string]any, log *slog.Logger) (sdkcloud.CloudBackend, error) {
 		return awseni.FromConfig(ctx, cfg, awseni.Options{Logger: log})
 	}},
 }
@@ -48,7 +48,7 @@ func Names() string {
 }
 
 // New builds the built-in backend called name.
-func New(ctx context.Context, name string, cfg map[string]any, log *slog.Logger) (cloud.CloudBackend, error) {
+func New(ctx context.Context, name string, cfg map[string]any, log *slog.Logger) (sdkcloud.CloudBackend, error) {
 	f, ok := Lookup(name)
 	if !ok {
 		return nil, fmt.Errorf("cloudbackends: unknown built-in cloud backend %q (known: %s)", name, Names())

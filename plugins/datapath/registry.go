@@ -1,7 +1,7 @@
-// Package datapaths is the registry of allot's built-in datapaths: an explicit list of
+// Package datapath is the registry of allot's built-in datapaths: an explicit list of
 // name → factory. A datapath plugin loaded through go-plugin is used the same way; the core
 // never asks which one it got.
-package datapaths
+package datapath
 
 import (
 	"fmt"
@@ -11,11 +11,11 @@ import (
 	"github.com/allot-ipam/allot/plugins/datapath/ebpf"
 	"github.com/allot-ipam/allot/plugins/datapath/iptables"
 	"github.com/allot-ipam/allot/plugins/datapath/none"
-	"github.com/allot-ipam/allot/sdk/datapath"
+	sdkdatapath "github.com/allot-ipam/allot/sdk/datapath"
 )
 
 // Factory builds a datapath.
-type Factory func(log *slog.Logger) datapath.Datapath
+type Factory func(log *slog.Logger) sdkdatapath.Datapath
 
 // Plugin is one registry entry.
 type Plugin struct {
@@ -24,9 +24,9 @@ type Plugin struct {
 }
 
 var builtins = []Plugin{
-	{Name: "ebpf", New: func(l *slog.Logger) datapath.Datapath { return ebpf.New(l) }},
-	{Name: "iptables", New: func(l *slog.Logger) datapath.Datapath { return iptables.New(l) }},
-	{Name: "none", New: func(l *slog.Logger) datapath.Datapath { return none.New(l) }},
+	{Name: "ebpf", New: func(l *slog.Logger) sdkdatapath.Datapath { return ebpf.New(l) }},
+	{Name: "iptables", New: func(l *slog.Logger) sdkdatapath.Datapath { return iptables.New(l) }},
+	{Name: "none", New: func(l *slog.Logger) sdkdatapath.Datapath { return none.New(l) }},
 }
 
 // Lookup returns the factory of the built-in datapath called name.
@@ -49,7 +49,7 @@ func Names() string {
 }
 
 // New builds the built-in datapath called name.
-func New(name string, log *slog.Logger) (datapath.Datapath, error) {
+func New(name string, log *slog.Logger) (sdkdatapath.Datapath, error) {
 	f, ok := Lookup(name)
 	if !ok {
 		return nil, fmt.Errorf("datapaths: unknown built-in datapath %q (known: %s)", name, Names())

@@ -1,23 +1,23 @@
-// Package policies is the registry of allot's built-in pool policies: an explicit list of
+// Package policy is the registry of allot's built-in pool policies: an explicit list of
 // name → factory, in the style of kube-scheduler's in-tree registry. The built-in transport
-// produces a policy.PoolPolicy from it; the core never branches on which policy it got.
-package policies
+// produces a policy.PoolPolicy (sdk/policy) from it; the core never branches on which policy it got.
+package policy
 
 import (
 	"fmt"
 	"strings"
 
-	"github.com/allot-ipam/allot/sdk/policy"
+	sdkpolicy "github.com/allot-ipam/allot/sdk/policy"
 
-	ciliumannotations "github.com/allot-ipam/allot/plugins/policy/cilium-annotations"
-	nodelabels "github.com/allot-ipam/allot/plugins/policy/node-labels"
-	spiderpoolpriority "github.com/allot-ipam/allot/plugins/policy/spiderpool-priority"
+	ciliumannotations "github.com/allot-ipam/allot/plugins/policy/ciliumannotations"
+	nodelabels "github.com/allot-ipam/allot/plugins/policy/nodelabels"
+	spiderpoolpriority "github.com/allot-ipam/allot/plugins/policy/spiderpoolpriority"
 	"github.com/allot-ipam/allot/plugins/policy/static"
 )
 
 // Factory builds a policy from its configuration (the policy's block of the allotd config).
 // Errors name the offending field.
-type Factory func(cfg map[string]any) (policy.PoolPolicy, error)
+type Factory func(cfg map[string]any) (sdkpolicy.PoolPolicy, error)
 
 // Plugin is one registry entry.
 type Plugin struct {
@@ -50,7 +50,7 @@ func Lookup(name string) (Factory, bool) {
 
 // New builds the built-in policy called name from cfg. An unknown name is an error that lists
 // the known ones.
-func New(name string, cfg map[string]any) (policy.PoolPolicy, error) {
+func New(name string, cfg map[string]any) (sdkpolicy.PoolPolicy, error) {
 	f, ok := Lookup(name)
 	if !ok {
 		known := make([]string, len(builtins))

@@ -1,4 +1,4 @@
-package policies
+package policy
 
 import (
 	"context"
@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/allot-ipam/allot/sdk/policy"
+	sdkpolicy "github.com/allot-ipam/allot/sdk/policy"
 )
 
 func TestBuiltinsSortedAndBuildable(t *testing.T) {
@@ -25,10 +25,10 @@ func TestBuiltinsSortedAndBuildable(t *testing.T) {
 			t.Fatalf("%s: %v", b.Name, err)
 		}
 		// Every built-in answers both methods without error on an empty request.
-		if _, err := p.SelectPodPools(context.Background(), &policy.PodRequest{}); err != nil {
+		if _, err := p.SelectPodPools(context.Background(), &sdkpolicy.PodRequest{}); err != nil {
 			t.Fatalf("%s: SelectPodPools: %v", b.Name, err)
 		}
-		if _, err := p.SelectNodeCIDRConfig(context.Background(), &policy.NodeRequest{}); err != nil {
+		if _, err := p.SelectNodeCIDRConfig(context.Background(), &sdkpolicy.NodeRequest{}); err != nil {
 			t.Fatalf("%s: SelectNodeCIDRConfig: %v", b.Name, err)
 		}
 	}

@@ -21,7 +21,7 @@ import (
 
 const ec2Pkg = "github.com/aws/aws-sdk-go-v2/service/ec2"
 
-// TestIAMPolicyMatchesBackend type-checks the aws-eni backend (plugins/cloud/aws-eni and its
+// TestIAMPolicyMatchesBackend type-checks the aws-eni backend (plugins/cloud/awseni and its
 // commands) and collects every EC2 action it can call: any call of a function or method one
 // of whose parameters is *ec2.<Action>Input (the EC2 client, the backend's EC2API interface,
 // the SDK's paginators, and any wrapper of them). The actions of deploy/aws/iam-policy.json
@@ -32,7 +32,7 @@ func TestIAMPolicyMatchesBackend(t *testing.T) {
 		t.Skip("short mode: compiles the aws-eni backend's dependencies for their export data")
 	}
 	root := repoRoot(t)
-	calls, tagOnCreate := ec2Usage(t, root, "./plugins/cloud/aws-eni/...")
+	calls, tagOnCreate := ec2Usage(t, root, "./plugins/cloud/awseni/...")
 	if len(calls) < 5 {
 		t.Fatalf("found only %v in the backend: the analysis is broken", calls)
 	}

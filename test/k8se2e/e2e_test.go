@@ -29,7 +29,7 @@ import (
 	"github.com/allot-ipam/allot/core/daemon"
 	allotv1 "github.com/allot-ipam/allot/core/k8s/apis/allot/v1alpha1"
 	"github.com/allot-ipam/allot/core/operator"
-	ciliumannotations "github.com/allot-ipam/allot/plugins/policy/cilium-annotations"
+	ciliumannotations "github.com/allot-ipam/allot/plugins/policy/ciliumannotations"
 	"github.com/allot-ipam/allot/test/k8senv"
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"

@@ -141,7 +141,7 @@ func newENIEnv(t *testing.T, s eniSetup) *eniEnv {
 func buildPlugin(t *testing.T, url string) *config.Plugin {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "aws-eni")
-	cmd := exec.Command("go", "build", "-o", bin, "github.com/allot-ipam/allot/plugins/cloud/aws-eni/cmd")
+	cmd := exec.Command("go", "build", "-o", bin, "github.com/allot-ipam/allot/plugins/cloud/awseni/cmd")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("building the aws-eni plugin: %v\n%s", err, out)
 	}

@@ -14,7 +14,7 @@ import (
 
 	"github.com/allot-ipam/allot/core/cniplugin"
 	allotv1 "github.com/allot-ipam/allot/core/k8s/apis/allot/v1alpha1"
-	ciliumannotations "github.com/allot-ipam/allot/plugins/policy/cilium-annotations"
+	ciliumannotations "github.com/allot-ipam/allot/plugins/policy/ciliumannotations"
 )
 
 const (

@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	awseni "github.com/allot-ipam/allot/plugins/cloud/aws-eni"
+	awseni "github.com/allot-ipam/allot/plugins/cloud/awseni"
 	"github.com/allot-ipam/allot/sdk/pluginrpc"
 )
 

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/allot-ipam/allot/core/eni"
-	awseni "github.com/allot-ipam/allot/plugins/cloud/aws-eni"
+	awseni "github.com/allot-ipam/allot/plugins/cloud/awseni"
 	"github.com/allot-ipam/allot/test/ec2fake"
 )
 

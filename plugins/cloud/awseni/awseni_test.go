@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	awseni "github.com/allot-ipam/allot/plugins/cloud/aws-eni"
+	awseni "github.com/allot-ipam/allot/plugins/cloud/awseni"
 	"github.com/allot-ipam/allot/sdk/cloud"
 	"github.com/allot-ipam/allot/test/ec2fake"
 )

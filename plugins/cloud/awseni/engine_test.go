@@ -14,7 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
 
 	"github.com/allot-ipam/allot/core/eni"
-	awseni "github.com/allot-ipam/allot/plugins/cloud/aws-eni"
+	awseni "github.com/allot-ipam/allot/plugins/cloud/awseni"
 	"github.com/allot-ipam/allot/test/ec2fake"
 )
 
