@@ -101,9 +101,33 @@ func (h *Host) nl() *netlink.Handle {
 // in the Result for its pods; the rest is applied.
 func (h *Host) Sync(enis []ENI, pods []Pod) (Result, error) {
 	var res Result
-	links, err := h.linksByMAC()
+	ready, err := h.syncTables(enis, &res)
 	if err != nil {
 		return res, err
+	}
+	// Pod routes first: a rule sending the pod's traffic to the main table is only useful
+	// once the main table knows the pod.
+	if err := h.podRoutes(pods, &res); err != nil {
+		return res, err
+	}
+	want, errs := wantedRules(pods, ready)
+	res.Errors = append(res.Errors, errs...)
+	if err := h.syncRules(want, &res); err != nil {
+		return res, err
+	}
+	if res.RulesAdded+res.RulesRemoved+res.PodRoutesSet+res.PodRoutesRemoved > 0 && h.Log != nil {
+		h.Log.Info("ENI pod rules and routes synced", "rules_added", res.RulesAdded, "rules_removed", res.RulesRemoved,
+			"routes_set", res.PodRoutesSet, "routes_removed", res.PodRoutesRemoved, "pods", len(pods))
+	}
+	return res, nil
+}
+
+// syncTables sets the route table of every secondary ENI found on the host and returns the
+// device indexes that are ready (the primary, 0, always is).
+func (h *Host) syncTables(enis []ENI, res *Result) (map[int]bool, error) {
+	links, err := h.linksByMAC()
+	if err != nil {
+		return nil, err
 	}
 	ready := map[int]bool{}
 	for _, e := range enis {
@@ -123,18 +147,20 @@ func (h *Host) Sync(enis []ENI, pods []Pod) (Result, error) {
 		res.RoutesSet++
 		ready[e.Index] = true
 	}
-	// Pod routes first: a rule sending the pod's traffic to the main table is only useful
-	// once the main table knows the pod.
-	if err := h.podRoutes(pods, &res); err != nil {
-		return res, err
-	}
+	return ready, nil
+}
+
+// wantedRules are the policy rules the pods need, given the ENI devices that are ready; a
+// pod of a device that is not is an error.
+func wantedRules(pods []Pod, ready map[int]bool) (map[ruleKey]bool, []error) {
 	want := map[ruleKey]bool{}
+	var errs []error
 	for _, p := range pods {
 		if !p.Addr.IsValid() {
 			continue
 		}
 		if p.ENIIndex != 0 && !ready[p.ENIIndex] {
-			res.Errors = append(res.Errors, fmt.Errorf("enihost: pod %s: ENI device %d is not ready on the host", p.Addr, p.ENIIndex))
+			errs = append(errs, fmt.Errorf("enihost: pod %s: ENI device %d is not ready on the host", p.Addr, p.ENIIndex))
 			continue
 		}
 		// The to-pod rule for pods of every ENI, the primary's included: without it the
@@ -145,9 +171,14 @@ func (h *Host) Sync(enis []ENI, pods []Pod) (Result, error) {
 			want[ruleKey{p.Addr, FromPodPriority, TableBase + p.ENIIndex}] = true
 		}
 	}
+	return want, errs
+}
+
+// syncRules removes the rules of allot's priorities not in want and adds those missing.
+func (h *Host) syncRules(want map[ruleKey]bool, res *Result) error {
 	have, err := h.rules()
 	if err != nil {
-		return res, err
+		return err
 	}
 	for k, r := range have {
 		if want[k] {
@@ -159,6 +190,18 @@ func (h *Host) Sync(enis []ENI, pods []Pod) (Result, error) {
 		}
 		res.RulesRemoved++
 	}
+	for _, k := range missingRules(want, have) {
+		if err := h.nl().RuleAdd(k.rule()); err != nil && !errors.Is(err, unix.EEXIST) {
+			res.Errors = append(res.Errors, fmt.Errorf("enihost: add rule %s: %w", k, err))
+			continue
+		}
+		res.RulesAdded++
+	}
+	return nil
+}
+
+// missingRules are the rules of want not in have, by address then priority.
+func missingRules(want map[ruleKey]bool, have map[ruleKey]*netlink.Rule) []ruleKey {
 	keys := make([]ruleKey, 0, len(want))
 	for k := range want {
 		if _, ok := have[k]; !ok {
@@ -171,18 +214,7 @@ func (h *Host) Sync(enis []ENI, pods []Pod) (Result, error) {
 		}
 		return cmp.Compare(a.prio, b.prio)
 	})
-	for _, k := range keys {
-		if err := h.nl().RuleAdd(k.rule()); err != nil && !errors.Is(err, unix.EEXIST) {
-			res.Errors = append(res.Errors, fmt.Errorf("enihost: add rule %s: %w", k, err))
-			continue
-		}
-		res.RulesAdded++
-	}
-	if res.RulesAdded+res.RulesRemoved+res.PodRoutesSet+res.PodRoutesRemoved > 0 && h.Log != nil {
-		h.Log.Info("ENI pod rules and routes synced", "rules_added", res.RulesAdded, "rules_removed", res.RulesRemoved,
-			"routes_set", res.PodRoutesSet, "routes_removed", res.PodRoutesRemoved, "pods", len(pods))
-	}
-	return res, nil
+	return keys
 }
 
 // podRoutes makes the main table's pod routes match pods: a route to each pod with a known
