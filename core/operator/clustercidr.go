@@ -23,7 +23,6 @@ import (
 
 	allotk8s "github.com/allot-ipam/allot/core/k8s"
 	allotv1 "github.com/allot-ipam/allot/core/k8s/apis/allot/v1alpha1"
-	nodelabels "github.com/allot-ipam/allot/plugins/policy/nodelabels"
 	"github.com/allot-ipam/allot/sdk/policy"
 )
 
@@ -305,6 +304,13 @@ func assignedMessage(cidrs []string, config string) string {
 	return fmt.Sprintf("pod CIDRs %s from ClusterCIDRConfig %q", strings.Join(cidrs, ", "), config)
 }
 
+// The words of a waiting node's condition when the policy gave none of its own; what the
+// operator does is decided by the decision's Code and Cause, never by these texts.
+const (
+	msgNoMatch = "no ClusterCIDRConfig matches node labels"
+	msgAllFull = "every ClusterCIDRConfig matching the node is full"
+)
+
 // nodeWaits records that no config can serve the node now: the Node conditions
 // AllotPodCIDRAssigned=False and NetworkUnavailable=True (so it stays unschedulable) and an
 // Event (once per reason), and the node is re-queued when configs change or blocks are freed.
@@ -314,17 +320,17 @@ func (op *operator) nodeWaits(ctx context.Context, node *corev1.Node, d policy.N
 	reason, refusal := allotv1.ReasonNoMatchingConfig, refusalNoMatch
 	msg := d.Reason
 	switch {
-	case d.Code == policy.NoFit && nodelabels.IsAllFull(d.Reason):
+	case d.Code == policy.NoFit && d.Cause == policy.CauseFull:
 		reason, refusal = allotv1.ReasonAllConfigsFull, ""
 	case d.Code == policy.Decided:
 		// Every candidate filled up between the policy's view and the carving.
 		reason, refusal = allotv1.ReasonAllConfigsFull, ""
-		msg = fmt.Sprintf("%s: %s matched node %q but filled up", nodelabels.ReasonAllFull, strings.Join(d.Configs, ", "), node.Name)
+		msg = fmt.Sprintf("%s: %s matched node %q but filled up", msgAllFull, strings.Join(d.Configs, ", "), node.Name)
 	case d.Code == policy.Skip:
-		msg = fmt.Sprintf("%s: the node policy had no opinion on node %q", nodelabels.ReasonNoMatch, node.Name)
+		msg = fmt.Sprintf("%s: the node policy had no opinion on node %q", msgNoMatch, node.Name)
 	}
 	if msg == "" {
-		msg = nodelabels.ReasonNoMatch
+		msg = msgNoMatch
 	}
 	if len(unusable) > 0 {
 		msg += "; matching configs that serve no node: " + strings.Join(unusable, "; ")

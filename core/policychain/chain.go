@@ -167,7 +167,7 @@ func (c *Chain) SelectPodPools(ctx context.Context, req *policy.PodRequest) (pol
 	if len(skips) > 0 {
 		reason += " (" + strings.Join(skips, "; ") + ")"
 	}
-	return policy.PodDecision{Code: policy.NoFit, Reason: reason}, nil
+	return policy.PodDecision{Code: policy.NoFit, Cause: policy.CauseNoMatch, Reason: reason}, nil
 }
 
 // SelectNodeCIDRConfig implements policy.PoolPolicy.
@@ -206,7 +206,7 @@ func (c *Chain) SelectNodeCIDRConfig(ctx context.Context, req *policy.NodeReques
 	if len(skips) > 0 {
 		reason += " (" + strings.Join(skips, "; ") + ")"
 	}
-	return policy.NodeDecision{Code: policy.NoFit, Reason: reason}, nil
+	return policy.NodeDecision{Code: policy.NoFit, Cause: policy.CauseNoMatch, Reason: reason}, nil
 }
 
 func label(name, source string) string {

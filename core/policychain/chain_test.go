@@ -185,6 +185,7 @@ func TestInvalidPodDecisions(t *testing.T) {
 		want string
 	}{
 		{"unknown code", policy.PodDecision{Code: 7}, "code: Code(7) is not Decided, Skip or NoFit"},
+		{"unknown cause", policy.PodDecision{Code: policy.NoFit, Reason: "r", Cause: 9}, "cause: Cause(9) is not a cause of this contract"},
 		{"unknown pool", decided("zz"), `ipv4[0].pool: "zz" is not a pool of this request`},
 		{"wrong family", policy.PodDecision{Code: policy.Decided, IPv6: policy.Candidates("a")}, `ipv6[0].pool: "a" is not an IPv6 pool`},
 		{"duplicate", decided("a", "b", "a"), `ipv4[2].pool: "a" is listed twice`},

@@ -18,7 +18,7 @@ const maxTextLen = 2048
 // Source are cut to a bounded length and made valid UTF-8. Errors wrap ErrInvalidDecision and
 // name the field.
 func ValidatePodDecision(d *policy.PodDecision, req *policy.PodRequest) error {
-	if err := checkCode(d.Code, d.Reason); err != nil {
+	if err := checkCode(d.Code, d.Cause, d.Reason); err != nil {
 		return err
 	}
 	d.Reason, d.Source = clean(d.Reason), clean(d.Source)
@@ -62,7 +62,7 @@ func checkCandidates(field string, cs []policy.Candidate, fam policy.Family, poo
 // NoFit carry no config; NoFit says why; Decided names at least one config of the request,
 // none twice.
 func ValidateNodeDecision(d *policy.NodeDecision, req *policy.NodeRequest) error {
-	if err := checkCode(d.Code, d.Reason); err != nil {
+	if err := checkCode(d.Code, d.Cause, d.Reason); err != nil {
 		return err
 	}
 	d.Reason = clean(d.Reason)
@@ -95,7 +95,10 @@ func ValidateNodeDecision(d *policy.NodeDecision, req *policy.NodeRequest) error
 	return nil
 }
 
-func checkCode(c policy.Code, reason string) error {
+func checkCode(c policy.Code, cause policy.Cause, reason string) error {
+	if cause < policy.CauseUnspecified || cause > policy.MaxCause {
+		return fmt.Errorf("%w: cause: %v is not a cause of this contract", ErrInvalidDecision, cause)
+	}
 	switch c {
 	case policy.Decided, policy.Skip:
 		return nil

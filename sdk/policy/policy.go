@@ -18,7 +18,10 @@ import (
 
 // ContractVersion is the semantic version of this contract. A host refuses a plugin whose
 // major version differs, or whose minor version is newer than the host's.
-const ContractVersion = "1.0.0"
+//
+// 1.1.0 added Cause to PodDecision and NodeDecision: a plugin of 1.0 never sets it, and the
+// host reads its absence as CauseUnspecified.
+const ContractVersion = "1.1.0"
 
 // PoolPolicy is the interface every pool policy implements, whatever its transport.
 //
@@ -64,6 +67,52 @@ func (c Code) String() string {
 		return "NoFit"
 	}
 	return "Code(" + strconv.Itoa(int(c)) + ")"
+}
+
+// Cause is the machine-readable class of a decision's Reason, so that a host acts on why a
+// request cannot be served (wait for a new config, ask for more CIDRs, report a user's error)
+// without reading the words, which are for people and may change. It matters for NoFit (and
+// may accompany Skip); a Decided answer leaves it CauseUnspecified.
+type Cause int32
+
+const (
+	// CauseUnspecified: no class given (a Decided answer, or a plugin of contract 1.0).
+	CauseUnspecified Cause = iota
+	// CauseNoMatch: nothing the request names or selects exists or matches it (no such pool,
+	// no selector or ClusterCIDRConfig matches the pod or node).
+	CauseNoMatch
+	// CauseFull: pools or configs match, but none has a free address or block.
+	CauseFull
+	// CauseInvalid: the request, or an object it names, is malformed (an annotation that does
+	// not parse, a pool listed twice, a CNI config entry that is no valid name).
+	CauseInvalid
+	// CauseAmbiguous: several pools match where exactly one must be chosen.
+	CauseAmbiguous
+	// CauseUnavailable: the pools named exist but none may serve this request (disabled,
+	// terminating, of the other family, affinities or Multus names not matching, every
+	// address excluded or reserved).
+	CauseUnavailable
+)
+
+// MaxCause is the highest Cause of this contract version; hosts refuse higher values.
+const MaxCause = CauseUnavailable
+
+func (c Cause) String() string {
+	switch c {
+	case CauseUnspecified:
+		return "Unspecified"
+	case CauseNoMatch:
+		return "NoMatch"
+	case CauseFull:
+		return "Full"
+	case CauseInvalid:
+		return "Invalid"
+	case CauseAmbiguous:
+		return "Ambiguous"
+	case CauseUnavailable:
+		return "Unavailable"
+	}
+	return "Cause(" + strconv.Itoa(int(c)) + ")"
 }
 
 // Pod is what a policy may know about the pod being wired.
@@ -176,6 +225,8 @@ type PodDecision struct {
 	// Reason explains NoFit (and, optionally, a decision) in words an operator understands,
 	// e.g. `pod annotation ipam.spidernet.io/ippool names pool "blue", which is disabled`.
 	Reason string
+	// Cause classifies Reason for the host; hosts never parse Reason.
+	Cause Cause
 	// IPv4 and IPv6 are the candidate pools per family, best first; the host takes an address
 	// from the first one that has a free address. An empty list means that family is not wanted.
 	IPv4 []Candidate
@@ -214,6 +265,9 @@ type NodeRequest struct {
 type NodeDecision struct {
 	Code   Code
 	Reason string
+	// Cause classifies Reason for the host (CauseFull: configs match the node but none has a
+	// free block; CauseNoMatch: none matches it); hosts never parse Reason.
+	Cause Cause
 	// Configs are the names of matching configs, best first; the host takes a block from the
 	// first one with a free block.
 	Configs []string

@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/allot-ipam/allot/sdk/policy"
+	pb "github.com/allot-ipam/allot/sdk/proto/pluginv1"
 	"google.golang.org/protobuf/encoding/protowire"
 )
 
@@ -24,6 +25,7 @@ import (
 const (
 	fCandPool                                                     = 1
 	fDecCode, fDecReason, fDecIPv4, fDecIPv6, fDecSource          = 1, 2, 3, 4, 5
+	fDecCause                                                     = 6
 	decCodeDecided, decCodeSkip, decCodeNoFit, familyV4, familyV6 = 1, 2, 3, 1, 2
 )
 
@@ -141,7 +143,7 @@ var (
 	reqFields        = fields{known: bits(1, 2, 3)}
 	poolViewFields   = fields{known: bits(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19),
 		varints: bits(2, 5, 6, 7, 8, 9, 12, 13)}
-	podDecisionFields = fields{known: bits(1, 2, 3, 4, 5), varints: bits(1)}
+	podDecisionFields = fields{known: bits(1, 2, 3, 4, 5, 6), varints: bits(1, 6)}
 	candidateFields   = fields{known: bits(1)}
 )
 
@@ -551,11 +553,13 @@ func decodeSelectorField(d *decoder, typ protowire.Type, field string, sel *poli
 func DecodePodDecision(b []byte) (policy.PodDecision, error) {
 	d := decoder{b: b, msg: msgPodDecision, index: -1}
 	var out policy.PodDecision
-	var code uint64
+	var code, cause uint64
 	for num, typ, ok := d.next(podDecisionFields); ok; num, typ, ok = d.next(podDecisionFields) {
 		switch num {
 		case fDecCode:
 			code = d.varint(typ, "code")
+		case fDecCause:
+			cause = d.varint(typ, "cause")
 		case fDecReason:
 			out.Reason = d.str(typ, "reason")
 		case fDecIPv4:
@@ -581,6 +585,14 @@ func DecodePodDecision(b []byte) (policy.PodDecision, error) {
 		default:
 			d.fail("code", "unknown decision code value %d", int32(code))
 		}
+	}
+	if d.err == nil {
+		// Enums are int32 on the wire, as CauseFromProto reads them.
+		c, err := CauseFromProto(pb.DecisionCause(int32(cause)))
+		if err != nil {
+			d.fail("cause", "%v", err)
+		}
+		out.Cause = c
 	}
 	if d.err != nil {
 		return policy.PodDecision{}, d.err
@@ -631,6 +643,8 @@ func AppendPodDecision(dst []byte, d policy.PodDecision) []byte {
 		}
 	}
 	e.b = appendStr(e.b, fDecSource, d.Source)
+	// An enum is an int32 varint: a negative one is sign-extended, as proto.Marshal writes it.
+	e.uint(fDecCause, uint64(int64(CauseToProto(d.Cause))))
 	return e.b
 }
 

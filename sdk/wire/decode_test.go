@@ -72,6 +72,10 @@ func TestDecodeRejects(t *testing.T) {
 			_, err := wire.DecodePodDecision(marshal(&pb.PodDecision{Code: 42}))
 			return err
 		}, "code: unknown decision code value 42"},
+		{"unknown cause", func() error {
+			_, err := wire.DecodePodDecision(marshal(&pb.PodDecision{Code: pb.DecisionCode_DECISION_CODE_NO_FIT, Cause: -3}))
+			return err
+		}, "pod decision: cause: unknown decision cause value -3"},
 		{"empty candidate", func() error {
 			_, err := wire.DecodePodDecision(marshal(&pb.PodDecision{Code: pb.DecisionCode_DECISION_CODE_DECIDED,
 				Ipv4: []*pb.Candidate{{Pool: "a"}, {Pool: "b"}, {}}}))
@@ -130,6 +134,8 @@ func TestAppendPodDecisionMatchesMarshal(t *testing.T) {
 		{Code: policy.Skip, Reason: "no annotation"},
 		{Code: policy.Decided, Reason: "r", IPv4: []policy.Candidate{{Pool: "a"}, {Pool: strings.Repeat("p", 200)}},
 			IPv6: []policy.Candidate{{Pool: "v6"}, {}}, Source: "ann"},
+		{Code: policy.NoFit, Cause: policy.CauseFull, Reason: "full", Source: "ann"},
+		{Code: policy.NoFit, Cause: -1},
 	}
 	for _, d := range ds {
 		want, err := proto.MarshalOptions{Deterministic: true}.Marshal(wire.PodDecisionToProto(d))
@@ -147,6 +153,7 @@ func TestAppendPodDecisionMatchesMarshal(t *testing.T) {
 // errors wrap ErrInvalid).
 func FuzzDecodePodDecision(f *testing.F) {
 	f.Add(wire.AppendPodDecision(nil, policy.PodDecision{Code: policy.Decided, IPv4: []policy.Candidate{{Pool: "a"}}, Source: "s"}))
+	f.Add(wire.AppendPodDecision(nil, policy.PodDecision{Code: policy.NoFit, Cause: policy.CauseAmbiguous, Reason: "r"}))
 	f.Add([]byte{0x08, 0x07})
 	f.Add([]byte{0x1a, 0x00, 0x08, 0x01})
 	f.Fuzz(func(t *testing.T, b []byte) {

@@ -169,6 +169,15 @@ func CodeFromProto(c pb.DecisionCode) (policy.Code, error) {
 	return 0, fmt.Errorf("unknown decision code value %d", int32(c))
 }
 
+// CauseFromProto decodes a decision cause. UNSPECIFIED (a plugin of contract 1.0) is valid;
+// a value this contract does not know is rejected.
+func CauseFromProto(c pb.DecisionCause) (policy.Cause, error) {
+	if c < 0 || policy.Cause(c) > policy.MaxCause {
+		return 0, fmt.Errorf("unknown decision cause value %d", int32(c))
+	}
+	return policy.Cause(c), nil
+}
+
 // PodDecisionFromProto decodes and validates a plugin's pod decision (host side).
 func PodDecisionFromProto(m *pb.PodDecision) (policy.PodDecision, error) {
 	if m == nil {
@@ -178,7 +187,11 @@ func PodDecisionFromProto(m *pb.PodDecision) (policy.PodDecision, error) {
 	if err != nil {
 		return policy.PodDecision{}, invalid(msgPodDecision, "code", "%v", err)
 	}
-	out := policy.PodDecision{Code: code, Reason: m.Reason, Source: m.Source}
+	cause, err := CauseFromProto(m.Cause)
+	if err != nil {
+		return policy.PodDecision{}, invalid(msgPodDecision, "cause", "%v", err)
+	}
+	out := policy.PodDecision{Code: code, Cause: cause, Reason: m.Reason, Source: m.Source}
 	if out.IPv4, err = candidatesFromProto("ipv4", m.Ipv4); err != nil {
 		return policy.PodDecision{}, err
 	}
@@ -266,10 +279,14 @@ func NodeDecisionFromProto(m *pb.NodeDecision) (policy.NodeDecision, error) {
 	if err != nil {
 		return policy.NodeDecision{}, invalid(msgNodeDecision, "code", "%v", err)
 	}
+	cause, err := CauseFromProto(m.Cause)
+	if err != nil {
+		return policy.NodeDecision{}, invalid(msgNodeDecision, "cause", "%v", err)
+	}
 	for i, c := range m.Configs {
 		if c == "" {
 			return policy.NodeDecision{}, invalid(msgNodeDecision, idx("configs", i), "empty config name")
 		}
 	}
-	return policy.NodeDecision{Code: code, Reason: m.Reason, Configs: m.Configs}, nil
+	return policy.NodeDecision{Code: code, Cause: cause, Reason: m.Reason, Configs: m.Configs}, nil
 }

@@ -76,7 +76,8 @@ func TestDecisionsRoundTrip(t *testing.T) {
 	for _, d := range []policy.PodDecision{
 		{Code: policy.Decided, IPv4: []policy.Candidate{{Pool: "a"}, {Pool: "b"}}, IPv6: []policy.Candidate{{Pool: "c"}}, Source: "pod annotation", Reason: "r"},
 		{Code: policy.Skip},
-		{Code: policy.NoFit, Reason: "pool blue is disabled"},
+		{Code: policy.NoFit, Reason: "pool blue is disabled", Cause: policy.CauseUnavailable},
+		{Code: policy.NoFit, Reason: "a contract 1.0 plugin sets no cause"},
 	} {
 		got, err := wire.PodDecisionFromProto(roundTrip(t, wire.PodDecisionToProto(d), &pb.PodDecision{}))
 		if err != nil {
@@ -86,10 +87,14 @@ func TestDecisionsRoundTrip(t *testing.T) {
 			t.Fatalf("pod decision: got %+v, want %+v", got, d)
 		}
 	}
-	nd := policy.NodeDecision{Code: policy.Decided, Configs: []string{"a", "b"}, Reason: "labels"}
-	got, err := wire.NodeDecisionFromProto(roundTrip(t, wire.NodeDecisionToProto(nd), &pb.NodeDecision{}))
-	if err != nil || !reflect.DeepEqual(nd, got) {
-		t.Fatalf("node decision: got %+v, %v, want %+v", got, err, nd)
+	for _, nd := range []policy.NodeDecision{
+		{Code: policy.Decided, Configs: []string{"a", "b"}, Reason: "labels"},
+		{Code: policy.NoFit, Cause: policy.CauseFull, Reason: "every config is full"},
+	} {
+		got, err := wire.NodeDecisionFromProto(roundTrip(t, wire.NodeDecisionToProto(nd), &pb.NodeDecision{}))
+		if err != nil || !reflect.DeepEqual(nd, got) {
+			t.Fatalf("node decision: got %+v, %v, want %+v", got, err, nd)
+		}
 	}
 }
 
@@ -142,6 +147,14 @@ func TestFromProtoRejects(t *testing.T) {
 			_, err := wire.NodeDecisionFromProto(&pb.NodeDecision{Code: -1})
 			return err
 		}, "node decision: code: unknown decision code value -1"},
+		{"unknown cause", func() error {
+			_, err := wire.PodDecisionFromProto(&pb.PodDecision{Code: pb.DecisionCode_DECISION_CODE_NO_FIT, Cause: 99})
+			return err
+		}, "pod decision: cause: unknown decision cause value 99"},
+		{"node decision unknown cause", func() error {
+			_, err := wire.NodeDecisionFromProto(&pb.NodeDecision{Code: pb.DecisionCode_DECISION_CODE_NO_FIT, Cause: -2})
+			return err
+		}, "node decision: cause: unknown decision cause value -2"},
 		{"node decision empty config", func() error {
 			_, err := wire.NodeDecisionFromProto(&pb.NodeDecision{Code: pb.DecisionCode_DECISION_CODE_DECIDED, Configs: []string{""}})
 			return err

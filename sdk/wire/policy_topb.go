@@ -125,10 +125,15 @@ func CodeToProto(c policy.Code) pb.DecisionCode {
 	return pb.DecisionCode_DECISION_CODE_UNSPECIFIED
 }
 
+// CauseToProto encodes a decision cause. The enum's values are policy.Cause's, so this is a
+// conversion; a value outside the contract goes out as is and the receiver rejects it.
+func CauseToProto(c policy.Cause) pb.DecisionCause { return pb.DecisionCause(c) }
+
 // PodDecisionToProto encodes a pod decision (plugin side).
 func PodDecisionToProto(d policy.PodDecision) *pb.PodDecision {
 	return &pb.PodDecision{
 		Code:   CodeToProto(d.Code),
+		Cause:  CauseToProto(d.Cause),
 		Reason: d.Reason,
 		Ipv4:   candidatesToProto(d.IPv4),
 		Ipv6:   candidatesToProto(d.IPv6),
@@ -179,5 +184,5 @@ func cidrSpecToProto(s *policy.CIDRSpec) *pb.CIDRSpec {
 
 // NodeDecisionToProto encodes a node decision (plugin side).
 func NodeDecisionToProto(d policy.NodeDecision) *pb.NodeDecision {
-	return &pb.NodeDecision{Code: CodeToProto(d.Code), Reason: d.Reason, Configs: d.Configs}
+	return &pb.NodeDecision{Code: CodeToProto(d.Code), Cause: CauseToProto(d.Cause), Reason: d.Reason, Configs: d.Configs}
 }

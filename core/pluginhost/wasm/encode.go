@@ -19,13 +19,20 @@ const (
 	fPodReqPools = 5 // for tests
 	fPvFree      = 6
 
-	fDecCode, fDecReason, fDecIPv4, fDecIPv6, fDecSource = 1, 2, 3, 4, 5
-	fCandPool                                            = 1
+	fDecCode, fDecReason, fDecIPv4, fDecIPv6, fDecSource, fDecCause = 1, 2, 3, 4, 5, 6
+	fCandPool                                                       = 1
 )
 
 // appendPodRequest appends the PodRequest encoding of r to dst (sdk/wire's shared encoder).
 func appendPodRequest(dst []byte, r *policy.PodRequest) ([]byte, error) {
 	return wire.AppendPodRequest(dst, r)
+}
+
+func fieldName(num protowire.Number) string {
+	if num == fDecCode {
+		return "code"
+	}
+	return "cause"
 }
 
 // decodePodDecision decodes a frame body, a view into guest memory: every string is copied.
@@ -51,12 +58,16 @@ func decodePodDecision(b []byte) (policy.PodDecision, error) {
 		}
 		b = b[n:]
 		switch {
-		case num == fDecCode && typ == protowire.VarintType:
+		case (num == fDecCode || num == fDecCause) && typ == protowire.VarintType:
 			v, n := protowire.ConsumeVarint(b)
 			if n < 0 {
-				return bad("code: " + protowire.ParseError(n).Error())
+				return bad(fieldName(num) + ": " + protowire.ParseError(n).Error())
 			}
-			m.Code = pb.DecisionCode(int32(v))
+			if num == fDecCode {
+				m.Code = pb.DecisionCode(int32(v))
+			} else {
+				m.Cause = pb.DecisionCause(int32(v))
+			}
 			b = b[n:]
 		case (num == fDecReason || num == fDecSource || num == fDecIPv4 || num == fDecIPv6) && typ == protowire.BytesType:
 			v, n := protowire.ConsumeBytes(b)

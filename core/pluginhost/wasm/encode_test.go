@@ -107,6 +107,7 @@ func TestDecodePodDecisionMatchesProto(t *testing.T) {
 		{Code: policy.Decided, Reason: "r", Source: "s", IPv4: policy.Candidates("a", "b", "c"), IPv6: policy.Candidates("d", "e")},
 		{Code: policy.NoFit, Reason: "none"},
 		{Code: policy.Skip},
+		{Code: policy.NoFit, Reason: "full", Cause: policy.CauseFull},
 	}
 	var inputs [][]byte
 	for _, d := range valid {
@@ -124,7 +125,8 @@ func TestDecodePodDecisionMatchesProto(t *testing.T) {
 		protowire.AppendVarint(protowire.AppendTag(cand("x"), 7, protowire.VarintType), 1))
 	inputs = append(inputs, unknown, wrongType, emptyCand, candExtra,
 		[]byte{0xff}, []byte{0x12, 0x05, 'a'}, protowire.AppendString(protowire.AppendTag(nil, fDecReason, protowire.BytesType), "\xff"),
-		protowire.AppendVarint(protowire.AppendTag(nil, fDecCode, protowire.VarintType), 77), nil)
+		protowire.AppendVarint(protowire.AppendTag(nil, fDecCode, protowire.VarintType), 77),
+		protowire.AppendVarint(protowire.AppendTag(inputs[1], fDecCause, protowire.VarintType), 9), nil)
 	for i, b := range inputs {
 		got, gerr := decodePodDecision(b)
 		var m pb.PodDecision

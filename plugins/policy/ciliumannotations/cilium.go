@@ -135,13 +135,13 @@ func (p *Policy) SelectPodPools(_ context.Context, req *policy.PodRequest) (poli
 	var sources []string
 	var missing []choice
 	for _, fam := range []policy.Family{policy.IPv4, policy.IPv6} {
-		c, reason := p.choose(req, fam)
+		c, reason, cause := p.choose(req, fam)
 		if reason != "" {
-			return policy.PodDecision{Code: policy.NoFit, Source: c.source, Reason: reason}, nil
+			return policy.PodDecision{Code: policy.NoFit, Cause: cause, Source: c.source, Reason: reason}, nil
 		}
 		if policy.LookupPool(req.Pools, c.pool, fam) == nil {
 			if c.familyKey {
-				return policy.PodDecision{Code: policy.NoFit, Source: c.source,
+				return policy.PodDecision{Code: policy.NoFit, Cause: policy.CauseNoMatch, Source: c.source,
 					Reason: fmt.Sprintf("%s names pool %q, which has no %s CIDRs", c.source, c.pool, fam.Label())}, nil
 			}
 			missing = append(missing, c)
@@ -163,7 +163,7 @@ func (p *Policy) SelectPodPools(_ context.Context, req *policy.PodRequest) (poli
 				sources = append(sources, c.source)
 			}
 		}
-		return policy.PodDecision{Code: policy.NoFit, Source: strings.Join(sources, ", "),
+		return policy.PodDecision{Code: policy.NoFit, Cause: policy.CauseNoMatch, Source: strings.Join(sources, ", "),
 			Reason: noPoolReason(req, missing)}, nil
 	}
 	d.Code = policy.Decided
@@ -186,33 +186,33 @@ func noPoolReason(req *policy.PodRequest, missing []choice) string {
 	return strings.Join(parts, "; ") + ", which has neither family"
 }
 
-// choose applies Cilium's rules for one family; a non-empty reason is a NoFit.
-func (p *Policy) choose(req *policy.PodRequest, fam policy.Family) (choice, string) {
+// choose applies Cilium's rules for one family; a non-empty reason is a NoFit, of cause.
+func (p *Policy) choose(req *policy.PodRequest, fam policy.Family) (c choice, reason string, cause policy.Cause) {
 	for _, src := range []struct {
 		ann  map[string]string
 		what string
 	}{{req.Pod.Annotations, "pod"}, {req.Namespace.Annotations, "namespace"}} {
 		if v := src.ann[p.famKey[fam]]; v != "" {
-			return choice{pool: v, source: src.what + " annotation " + p.famKey[fam], familyKey: true}, ""
+			return choice{pool: v, source: src.what + " annotation " + p.famKey[fam], familyKey: true}, "", 0
 		}
 		if v := src.ann[p.key]; v != "" {
-			return choice{pool: v, source: src.what + " annotation " + p.key}, ""
+			return choice{pool: v, source: src.what + " annotation " + p.key}, "", 0
 		}
 	}
 	matches := selectorMatches(req, fam)
 	switch len(matches) {
 	case 1:
-		return choice{pool: matches[0], source: SourceSelector, familyKey: true}, ""
+		return choice{pool: matches[0], source: SourceSelector, familyKey: true}, "", 0
 	case 0:
 	default:
 		return choice{source: SourceSelector}, fmt.Sprintf("%d pools' selectors match pod %s/%s for %s (%s): refusing to choose",
-			len(matches), req.Pod.Namespace, req.Pod.Name, fam.Label(), strings.Join(matches, ", "))
+			len(matches), req.Pod.Namespace, req.Pod.Name, fam.Label(), strings.Join(matches, ", ")), policy.CauseAmbiguous
 	}
 	if where := p.requireMatch(req); where != "" {
 		return choice{source: SourceSelector}, fmt.Sprintf("no pool's selectors match pod %s/%s for %s and %s requires a match",
-			req.Pod.Namespace, req.Pod.Name, fam.Label(), where)
+			req.Pod.Namespace, req.Pod.Name, fam.Label(), where), policy.CauseNoMatch
 	}
-	return choice{pool: DefaultPool, source: SourceDefaultPool}, ""
+	return choice{pool: DefaultPool, source: SourceDefaultPool}, "", 0
 }
 
 func (p *Policy) requireMatch(req *policy.PodRequest) string {

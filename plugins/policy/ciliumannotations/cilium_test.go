@@ -240,3 +240,35 @@ func BenchmarkDecision(b *testing.B) {
 		_, _ = p.SelectPodPools(ctx, req)
 	}
 }
+
+// Every NoFit carries the machine-readable cause a host acts on (sdk/policy.Cause).
+func TestNoFitCauses(t *testing.T) {
+	web := &policy.LabelSelector{MatchLabels: map[string]string{"app": "web"}}
+	two := append(pools(),
+		policy.PoolView{Name: "web-a", Family: policy.IPv4, Free: 1, PodAffinity: web},
+		policy.PoolView{Name: "web-b", Family: policy.IPv4, Free: 1, PodAffinity: web})
+	p, _ := New(Config{})
+	strict, _ := New(Config{RequirePoolMatch: true})
+	tests := []struct {
+		name string
+		pol  *Policy
+		ann  map[string]string
+		ps   []policy.PoolView
+		want policy.Cause
+	}{
+		{"two selectors match", p, nil, two, policy.CauseAmbiguous},
+		{"annotation names a missing pool", p, map[string]string{DefaultAnnotation: "nope"}, pools(), policy.CauseNoMatch},
+		{"family key names a pool without the family", p, map[string]string{DefaultIPv4Annotation: "v6-only"}, pools(), policy.CauseNoMatch},
+		{"a match is required and none matches", strict, nil, pools(), policy.CauseNoMatch},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req := &policy.PodRequest{Pod: policy.Pod{Namespace: "team", Name: "web-0", Labels: map[string]string{"app": "web"},
+				Annotations: tt.ann}, Namespace: policy.Namespace{Name: "team"}, Pools: tt.ps}
+			d, err := tt.pol.SelectPodPools(context.Background(), req)
+			if err != nil || d.Code != policy.NoFit || d.Cause != tt.want {
+				t.Fatalf("got %v %v (%q), %v; want NoFit %v", d.Code, d.Cause, d.Reason, err, tt.want)
+			}
+		})
+	}
+}

@@ -19,19 +19,14 @@ import (
 // Name is the policy's registry name.
 const Name = "node-labels"
 
-// NoFit reasons start with one of these prefixes, so callers can tell "nothing matches this
+// NoFit reasons start with one of these texts, for people. Callers tell "nothing matches this
 // node" (the node stays NotReady until a matching config is created) from "configs match but
-// all are full" (more CIDRs are needed) with strings.HasPrefix, or IsNoMatch / IsAllFull.
+// all are full" (more CIDRs are needed) by the decision's Cause (policy.CauseNoMatch,
+// policy.CauseFull), never by the text.
 const (
 	ReasonNoMatch = "no ClusterCIDRConfig matches node labels"
 	ReasonAllFull = "every ClusterCIDRConfig matching the node is full"
 )
-
-// IsNoMatch reports whether a NoFit reason means no config matches the node.
-func IsNoMatch(reason string) bool { return strings.HasPrefix(reason, ReasonNoMatch) }
-
-// IsAllFull reports whether a NoFit reason means configs match but none has a free block.
-func IsAllFull(reason string) bool { return strings.HasPrefix(reason, ReasonAllFull) }
 
 // Source is NodeDecision's rule name, used in reasons and logs.
 const Source = "ClusterCIDRConfig node selector"
@@ -150,7 +145,7 @@ func (p *Policy) SelectNodeCIDRConfig(_ context.Context, req *policy.NodeRequest
 		if len(invalid) > 0 {
 			reason += "; invalid configs ignored: " + strings.Join(invalid, "; ")
 		}
-		return policy.NodeDecision{Code: policy.NoFit, Reason: reason}, nil
+		return policy.NodeDecision{Code: policy.NoFit, Cause: policy.CauseNoMatch, Reason: reason}, nil
 	}
 	// Sort indexes, not pointers: pointers handed to the sort's comparator would move rs to
 	// the heap.
@@ -172,7 +167,7 @@ func (p *Policy) SelectNodeCIDRConfig(_ context.Context, req *policy.NodeRequest
 		d.Configs = append(d.Configs, r.cfg.Name)
 	}
 	if len(d.Configs) == 0 {
-		return policy.NodeDecision{Code: policy.NoFit, Reason: fmt.Sprintf("%s: %s match node %q but have no free block",
+		return policy.NodeDecision{Code: policy.NoFit, Cause: policy.CauseFull, Reason: fmt.Sprintf("%s: %s match node %q but have no free block",
 			ReasonAllFull, quoteList(full), req.Node.Name)}, nil
 	}
 	if len(full) > 0 {

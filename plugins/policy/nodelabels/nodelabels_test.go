@@ -169,16 +169,16 @@ func TestFullAndNoMatch(t *testing.T) {
 	nextFull := next
 	nextFull.FreeBlocks = 0
 	d = decide(t, full, nextFull, other)
-	if d.Code != policy.NoFit || !IsAllFull(d.Reason) || IsNoMatch(d.Reason) || !strings.Contains(d.Reason, `["best", "next"]`) {
+	if d.Code != policy.NoFit || d.Cause != policy.CauseFull || !strings.Contains(d.Reason, `["best", "next"]`) {
 		t.Fatalf("all full: got %v %q", d.Code, d.Reason)
 	}
 
 	d = decide(t, other)
-	if d.Code != policy.NoFit || !IsNoMatch(d.Reason) || IsAllFull(d.Reason) || !strings.Contains(d.Reason, `node "node-1"`) {
+	if d.Code != policy.NoFit || d.Cause != policy.CauseNoMatch || !strings.Contains(d.Reason, `node "node-1"`) {
 		t.Fatalf("no match: got %v %q", d.Code, d.Reason)
 	}
 	d = decide(t)
-	if d.Code != policy.NoFit || !IsNoMatch(d.Reason) {
+	if d.Code != policy.NoFit || d.Cause != policy.CauseNoMatch {
 		t.Fatalf("no configs: got %v %q", d.Code, d.Reason)
 	}
 }
@@ -186,7 +186,7 @@ func TestFullAndNoMatch(t *testing.T) {
 func TestInvalidConfigsNeverMatch(t *testing.T) {
 	bad := cfg("bad", map[string]string{"rack": "rack1"}, v4spec("10.0.0.0/16", 24), v4spec("fd00::/104", 112))
 	d := decide(t, bad)
-	if d.Code != policy.NoFit || !IsNoMatch(d.Reason) || !strings.Contains(d.Reason, `"bad": ipv6.perNodeMaskSize: dual stack needs equal addresses per node`) {
+	if d.Code != policy.NoFit || d.Cause != policy.CauseNoMatch || !strings.Contains(d.Reason, `"bad": ipv6.perNodeMaskSize: dual stack needs equal addresses per node`) {
 		t.Fatalf("got %v %q", d.Code, d.Reason)
 	}
 	good := cfg("good", nil, v4spec("10.1.0.0/16", 24), nil)

@@ -83,14 +83,15 @@ func (p *Policy) SelectPodPools(_ context.Context, req *policy.PodRequest) (poli
 	}
 	d := policy.PodDecision{Code: policy.Decided, Source: src.name}
 	var reason string
+	var cause policy.Cause
 	if src.kind == kindClusterDefault || len(src.v4) > 0 {
-		if d.IPv4, reason = resolve(req, &src, policy.IPv4, src.v4); reason != "" {
-			return policy.PodDecision{Code: policy.NoFit, Source: src.name, Reason: reason}, nil
+		if d.IPv4, reason, cause = resolve(req, &src, policy.IPv4, src.v4); reason != "" {
+			return *noFit(src.name, cause, reason), nil
 		}
 	}
 	if src.kind == kindClusterDefault || len(src.v6) > 0 {
-		if d.IPv6, reason = resolve(req, &src, policy.IPv6, src.v6); reason != "" {
-			return policy.PodDecision{Code: policy.NoFit, Source: src.name, Reason: reason}, nil
+		if d.IPv6, reason, cause = resolve(req, &src, policy.IPv6, src.v6); reason != "" {
+			return *noFit(src.name, cause, reason), nil
 		}
 	}
 	return d, nil
@@ -108,11 +109,11 @@ func (p *Policy) pickSource(req *policy.PodRequest) (source, *policy.PodDecision
 		r := p.cache.get(kSubnets, v)
 		sels, err := r.sels, r.err
 		if err != nil {
-			return source{}, noFit(SourceSubnets, fmt.Sprintf("pod annotation %s is invalid: %v", AnnoSubnets, err))
+			return source{}, noFit(SourceSubnets, policy.CauseInvalid, fmt.Sprintf("pod annotation %s is invalid: %v", AnnoSubnets, err))
 		}
 		sel, found := forInterface(sels, ifName)
 		if !found {
-			return source{}, noFit(SourceSubnets, fmt.Sprintf("pod annotation %s has no entry for interface %q", AnnoSubnets, ifName))
+			return source{}, noFit(SourceSubnets, policy.CauseNoMatch, fmt.Sprintf("pod annotation %s has no entry for interface %q", AnnoSubnets, ifName))
 		}
 		return source{name: SourceSubnets, kind: kindSubnets, v4: sel.IPv4, v6: sel.IPv6}, nil
 	}
@@ -120,10 +121,10 @@ func (p *Policy) pickSource(req *policy.PodRequest) (source, *policy.PodDecision
 		r := p.cache.get(kSubnet, v)
 		sel, err := r.sel, r.err
 		if err != nil {
-			return source{}, noFit(SourceSubnet, fmt.Sprintf("pod annotation %s is invalid: %v", AnnoSubnet, err))
+			return source{}, noFit(SourceSubnet, policy.CauseInvalid, fmt.Sprintf("pod annotation %s is invalid: %v", AnnoSubnet, err))
 		}
 		if sel.Interface != "" && sel.Interface != ifName {
-			return source{}, noFit(SourceSubnet, fmt.Sprintf("pod annotation %s is for interface %q, not %q", AnnoSubnet, sel.Interface, ifName))
+			return source{}, noFit(SourceSubnet, policy.CauseNoMatch, fmt.Sprintf("pod annotation %s is for interface %q, not %q", AnnoSubnet, sel.Interface, ifName))
 		}
 		return source{name: SourceSubnet, kind: kindSubnets, v4: sel.IPv4, v6: sel.IPv6}, nil
 	}
@@ -133,11 +134,11 @@ func (p *Policy) pickSource(req *policy.PodRequest) (source, *policy.PodDecision
 		r := p.cache.get(kIPPools, v)
 		sels, err := r.sels, r.err
 		if err != nil {
-			return source{}, noFit(SourceIPPools, fmt.Sprintf("pod annotation %s is invalid: %v", AnnoIPPools, err))
+			return source{}, noFit(SourceIPPools, policy.CauseInvalid, fmt.Sprintf("pod annotation %s is invalid: %v", AnnoIPPools, err))
 		}
 		sel, found := forInterface(sels, ifName)
 		if !found {
-			return source{}, noFit(SourceIPPools, fmt.Sprintf("pod annotation %s has no entry for interface %q", AnnoIPPools, ifName))
+			return source{}, noFit(SourceIPPools, policy.CauseNoMatch, fmt.Sprintf("pod annotation %s has no entry for interface %q", AnnoIPPools, ifName))
 		}
 		return source{name: SourceIPPools, kind: kindPools, v4: sel.IPv4, v6: sel.IPv6}, nil
 	}
@@ -145,10 +146,10 @@ func (p *Policy) pickSource(req *policy.PodRequest) (source, *policy.PodDecision
 		r := p.cache.get(kIPPool, v)
 		sel, err := r.sel, r.err
 		if err != nil {
-			return source{}, noFit(SourceIPPool, fmt.Sprintf("pod annotation %s is invalid: %v", AnnoIPPool, err))
+			return source{}, noFit(SourceIPPool, policy.CauseInvalid, fmt.Sprintf("pod annotation %s is invalid: %v", AnnoIPPool, err))
 		}
 		if sel.Interface != "" && sel.Interface != ifName {
-			return source{}, noFit(SourceIPPool, fmt.Sprintf("pod annotation %s is for interface %q, not %q", AnnoIPPool, sel.Interface, ifName))
+			return source{}, noFit(SourceIPPool, policy.CauseNoMatch, fmt.Sprintf("pod annotation %s is for interface %q, not %q", AnnoIPPool, sel.Interface, ifName))
 		}
 		return source{name: SourceIPPool, kind: kindPools, v4: sel.IPv4, v6: sel.IPv6}, nil
 	}
@@ -166,7 +167,7 @@ func (p *Policy) pickSource(req *policy.PodRequest) (source, *policy.PodDecision
 		r := p.cache.get(kNSDefault, v)
 		names, err := r.names, r.err
 		if err != nil {
-			return source{}, noFit(SourceNamespace, fmt.Sprintf("namespace %q annotation %s is invalid: %v", req.Namespace.Name, a.key, err))
+			return source{}, noFit(SourceNamespace, policy.CauseInvalid, fmt.Sprintf("namespace %q annotation %s is invalid: %v", req.Namespace.Name, a.key, err))
 		}
 		*a.dst = names
 	}
@@ -179,12 +180,12 @@ func (p *Policy) pickSource(req *policy.PodRequest) (source, *policy.PodDecision
 	if len(req.CNI.DefaultIPv4Pools) > 0 || len(req.CNI.DefaultIPv6Pools) > 0 {
 		for i, n := range req.CNI.DefaultIPv4Pools {
 			if err := validateName(n, "pool"); err != nil {
-				return source{}, noFit(SourceCNIConfig, fmt.Sprintf("CNI config default_ipv4_ippool[%d]: %v", i, err))
+				return source{}, noFit(SourceCNIConfig, policy.CauseInvalid, fmt.Sprintf("CNI config default_ipv4_ippool[%d]: %v", i, err))
 			}
 		}
 		for i, n := range req.CNI.DefaultIPv6Pools {
 			if err := validateName(n, "pool"); err != nil {
-				return source{}, noFit(SourceCNIConfig, fmt.Sprintf("CNI config default_ipv6_ippool[%d]: %v", i, err))
+				return source{}, noFit(SourceCNIConfig, policy.CauseInvalid, fmt.Sprintf("CNI config default_ipv6_ippool[%d]: %v", i, err))
 			}
 		}
 		return source{name: SourceCNIConfig, kind: kindPools, v4: req.CNI.DefaultIPv4Pools, v6: req.CNI.DefaultIPv6Pools}, nil
@@ -209,8 +210,8 @@ func forInterface(sels []Selection, ifName string) (Selection, bool) {
 	return Selection{}, false
 }
 
-func noFit(src, reason string) *policy.PodDecision {
-	return &policy.PodDecision{Code: policy.NoFit, Source: src, Reason: reason}
+func noFit(src string, cause policy.Cause, reason string) *policy.PodDecision {
+	return &policy.PodDecision{Code: policy.NoFit, Cause: cause, Source: src, Reason: reason}
 }
 
 // cand is one pool under consideration for one family.
@@ -222,8 +223,8 @@ type cand struct {
 }
 
 // resolve expands the source's names for one family into pools, filters and orders them.
-// It returns the ordered candidates, or a NoFit reason.
-func resolve(req *policy.PodRequest, src *source, fam policy.Family, names []string) ([]policy.Candidate, string) {
+// It returns the ordered candidates, or a NoFit reason and its cause.
+func resolve(req *policy.PodRequest, src *source, fam policy.Family, names []string) ([]policy.Candidate, string, policy.Cause) {
 	var buf [32]cand
 	cs := buf[:0]
 	// seen is a bitset over req.Pools, on the stack for up to 256 pools.
@@ -261,7 +262,7 @@ func resolve(req *policy.PodRequest, src *source, fam policy.Family, names []str
 		sortFrom(0)
 		if len(cs) == 0 {
 			// Cluster defaults exist, but none of this family: the family is not wanted.
-			return nil, ""
+			return nil, "", 0
 		}
 	case kindSubnets:
 		for _, pat := range names {
@@ -278,7 +279,7 @@ func resolve(req *policy.PodRequest, src *source, fam policy.Family, names []str
 			sortFrom(start)
 		}
 		if len(cs) == 0 {
-			return nil, fmt.Sprintf("%s: no %s pool belongs to subnet %s", src.name, fam.Label(), quoteList(names))
+			return nil, fmt.Sprintf("%s: no %s pool belongs to subnet %s", src.name, fam.Label(), quoteList(names)), policy.CauseNoMatch
 		}
 	case kindPools:
 		for j, n := range names {
@@ -297,7 +298,7 @@ func resolve(req *policy.PodRequest, src *source, fam policy.Family, names []str
 				continue
 			}
 			if slices.Contains(names[:j], n) {
-				return nil, fmt.Sprintf("%s: pool %q is listed twice for %s", src.name, n, fam.Label())
+				return nil, fmt.Sprintf("%s: pool %q is listed twice for %s", src.name, n, fam.Label()), policy.CauseInvalid
 			}
 			// Prefer the view of this family; a pool of the other family stays a candidate
 			// so that the family filter reports it, as Spiderpool's version check does.
@@ -308,12 +309,12 @@ func resolve(req *policy.PodRequest, src *source, fam policy.Family, names []str
 				}
 			}
 			if idx < 0 {
-				return nil, fmt.Sprintf("%s names %s pool %q, which does not exist", src.name, fam.Label(), n)
+				return nil, fmt.Sprintf("%s names %s pool %q, which does not exist", src.name, fam.Label(), n), policy.CauseNoMatch
 			}
 			add(idx)
 		}
 		if len(cs) == 0 {
-			return nil, fmt.Sprintf("%s: %s pool pattern %s matches no %s pool", src.name, fam.Label(), quoteList(names), fam.Label())
+			return nil, fmt.Sprintf("%s: %s pool pattern %s matches no %s pool", src.name, fam.Label(), quoteList(names), fam.Label()), policy.CauseNoMatch
 		}
 	}
 
@@ -328,12 +329,17 @@ func resolve(req *policy.PodRequest, src *source, fam policy.Family, names []str
 		}
 	}
 	if kept == 0 {
+		// Full when the only thing wrong with every candidate is that it has no free address.
+		cause := policy.CauseFull
 		parts := make([]string, len(cs))
 		for i := range cs {
 			parts[i] = filterReason(req, &req.Pools[cs[i].idx], fam, cs[i].filter)
+			if cs[i].filter != fExhausted {
+				cause = policy.CauseUnavailable
+			}
 		}
 		return nil, fmt.Sprintf("%s: no usable %s pool for interface %q: %s",
-			src.name, fam.Label(), req.CNI.IfName, strings.Join(parts, "; "))
+			src.name, fam.Label(), req.CNI.IfName, strings.Join(parts, "; ")), cause
 	}
 	out := cs[:0]
 	for _, c := range cs {
@@ -353,7 +359,7 @@ func resolve(req *policy.PodRequest, src *source, fam policy.Family, names []str
 	for i, c := range out {
 		res[i] = policy.Candidate{Pool: req.Pools[c.idx].Name}
 	}
-	return res, ""
+	return res, "", 0
 }
 
 // matchName matches a subnet name or pattern; patterns were validated when parsed.

@@ -539,3 +539,30 @@ func TestLiteralPrefix(t *testing.T) {
 		}
 	}
 }
+
+// Every NoFit carries the machine-readable cause a host acts on (sdk/policy.Cause), beside
+// the words.
+func TestNoFitCauses(t *testing.T) {
+	pools := []policy.PoolView{v4("a"), v6("b"), v4("full", exhausted), v4("off", isDisabled)}
+	tests := []struct {
+		name string
+		mods []rmod
+		want policy.Cause
+	}{
+		{"annotation does not parse", []rmod{podAnno(AnnoIPPool, `{"ipv4":"a"}`)}, policy.CauseInvalid},
+		{"pool listed twice", []rmod{podAnno(AnnoIPPool, `{"ipv4":["a","a"]}`)}, policy.CauseInvalid},
+		{"no entry for the interface", []rmod{ifName("net2"), podAnno(AnnoIPPools, `[{"interface":"eth0","ipv4":["a"]}]`)}, policy.CauseNoMatch},
+		{"named pool does not exist", []rmod{podAnno(AnnoIPPool, `{"ipv4":["zz"]}`)}, policy.CauseNoMatch},
+		{"pattern matches nothing", []rmod{podAnno(AnnoIPPool, `{"ipv4":["x*"]}`)}, policy.CauseNoMatch},
+		{"every candidate exhausted", []rmod{cniDefaults([]string{"full"}, nil)}, policy.CauseFull},
+		{"a candidate filtered for more than being full", []rmod{cniDefaults([]string{"full", "off"}, nil)}, policy.CauseUnavailable},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d, err := New().SelectPodPools(context.Background(), request(slices.Clone(pools), tt.mods...))
+			if err != nil || d.Code != policy.NoFit || d.Cause != tt.want {
+				t.Fatalf("got %v %v (%q), %v; want NoFit %v", d.Code, d.Cause, d.Reason, err, tt.want)
+			}
+		})
+	}
+}

@@ -83,7 +83,7 @@ func fromNames(req *policy.PodRequest) policy.PodDecision {
 	d := policy.PodDecision{Code: policy.Decided, Source: SourceCNIPools}
 	for i, name := range req.CNI.Pools {
 		if slices.Contains(req.CNI.Pools[:i], name) {
-			return noFit(fmt.Sprintf("CNI config ipam.pools[%d]: pool %q is listed twice", i, name))
+			return noFit(policy.CauseInvalid, fmt.Sprintf("CNI config ipam.pools[%d]: pool %q is listed twice", i, name))
 		}
 		found := false
 		for j := range req.Pools {
@@ -101,12 +101,12 @@ func fromNames(req *policy.PodRequest) policy.PodDecision {
 			}
 		}
 		if !found {
-			return noFit(fmt.Sprintf("CNI config ipam.pools[%d] names pool %q, which does not exist", i, name))
+			return noFit(policy.CauseNoMatch, fmt.Sprintf("CNI config ipam.pools[%d] names pool %q, which does not exist", i, name))
 		}
 	}
 	return d
 }
 
-func noFit(reason string) policy.PodDecision {
-	return policy.PodDecision{Code: policy.NoFit, Reason: reason, Source: SourceCNIPools}
+func noFit(cause policy.Cause, reason string) policy.PodDecision {
+	return policy.PodDecision{Code: policy.NoFit, Cause: cause, Reason: reason, Source: SourceCNIPools}
 }

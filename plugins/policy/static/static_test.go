@@ -37,17 +37,18 @@ func TestStatic(t *testing.T) {
 		v4, v6   []string
 		source   string
 		reason   string
+		cause    policy.Cause
 	}{
 		{"named pools split per family, order kept", []string{"green", "dual", "blue"}, pools(), policy.Decided,
-			[]string{"dual", "blue"}, []string{"green", "dual"}, SourceCNIPools, ""},
+			[]string{"dual", "blue"}, []string{"green", "dual"}, SourceCNIPools, "", 0},
 		{"named pool that does not exist", []string{"blue", "nope"}, pools(), policy.NoFit, nil, nil, SourceCNIPools,
-			`CNI config ipam.pools[1] names pool "nope", which does not exist`},
+			`CNI config ipam.pools[1] names pool "nope", which does not exist`, policy.CauseNoMatch},
 		{"named pool listed twice", []string{"blue", "blue"}, pools(), policy.NoFit, nil, nil, SourceCNIPools,
-			`CNI config ipam.pools[1]: pool "blue" is listed twice`},
+			`CNI config ipam.pools[1]: pool "blue" is listed twice`, policy.CauseInvalid},
 		{"no named pools: default pools per family, sorted by name", nil, pools(), policy.Decided,
-			[]string{"alpha", "dual"}, []string{"dual"}, SourceDefaultPools, ""},
+			[]string{"alpha", "dual"}, []string{"dual"}, SourceDefaultPools, "", 0},
 		{"no named pools and no default: skip", nil, []policy.PoolView{{Name: "blue", Family: policy.IPv4}}, policy.Skip,
-			nil, nil, "", "no pools named in the CNI config (ipam.pools) and no default pools"},
+			nil, nil, "", "no pools named in the CNI config (ipam.pools) and no default pools", 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -55,6 +56,9 @@ func TestStatic(t *testing.T) {
 			d, err := New().SelectPodPools(context.Background(), req)
 			if err != nil {
 				t.Fatal(err)
+			}
+			if d.Code == policy.NoFit && d.Cause != tt.cause {
+				t.Fatalf("cause %v, want %v", d.Cause, tt.cause)
 			}
 			if d.Code != tt.code || d.Source != tt.source || d.Reason != tt.reason {
 				t.Fatalf("got %v %q %q, want %v %q %q", d.Code, d.Source, d.Reason, tt.code, tt.source, tt.reason)

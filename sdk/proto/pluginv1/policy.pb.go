@@ -129,6 +129,73 @@ func (DecisionCode) EnumDescriptor() ([]byte, []int) {
 	return file_allot_plugin_v1_policy_proto_rawDescGZIP(), []int{1}
 }
 
+// DecisionCause is the machine-readable class of a decision's reason (sdk/policy.Cause), so a
+// host never parses the reason's words. Added in contract 1.1; UNSPECIFIED is what a 1.0
+// plugin sends (the field is absent) and what a Decided answer carries.
+type DecisionCause int32
+
+const (
+	DecisionCause_DECISION_CAUSE_UNSPECIFIED DecisionCause = 0
+	// Nothing the request names or selects exists or matches it.
+	DecisionCause_DECISION_CAUSE_NO_MATCH DecisionCause = 1
+	// Pools or configs match, but none has a free address or block.
+	DecisionCause_DECISION_CAUSE_FULL DecisionCause = 2
+	// The request, or an object it names, is malformed.
+	DecisionCause_DECISION_CAUSE_INVALID DecisionCause = 3
+	// Several pools match where exactly one must be chosen.
+	DecisionCause_DECISION_CAUSE_AMBIGUOUS DecisionCause = 4
+	// The pools named exist but none may serve this request (disabled, terminating,
+	// affinities, every address excluded or reserved).
+	DecisionCause_DECISION_CAUSE_UNAVAILABLE DecisionCause = 5
+)
+
+// Enum value maps for DecisionCause.
+var (
+	DecisionCause_name = map[int32]string{
+		0: "DECISION_CAUSE_UNSPECIFIED",
+		1: "DECISION_CAUSE_NO_MATCH",
+		2: "DECISION_CAUSE_FULL",
+		3: "DECISION_CAUSE_INVALID",
+		4: "DECISION_CAUSE_AMBIGUOUS",
+		5: "DECISION_CAUSE_UNAVAILABLE",
+	}
+	DecisionCause_value = map[string]int32{
+		"DECISION_CAUSE_UNSPECIFIED": 0,
+		"DECISION_CAUSE_NO_MATCH":    1,
+		"DECISION_CAUSE_FULL":        2,
+		"DECISION_CAUSE_INVALID":     3,
+		"DECISION_CAUSE_AMBIGUOUS":   4,
+		"DECISION_CAUSE_UNAVAILABLE": 5,
+	}
+)
+
+func (x DecisionCause) Enum() *DecisionCause {
+	p := new(DecisionCause)
+	*p = x
+	return p
+}
+
+func (x DecisionCause) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (DecisionCause) Descriptor() protoreflect.EnumDescriptor {
+	return file_allot_plugin_v1_policy_proto_enumTypes[2].Descriptor()
+}
+
+func (DecisionCause) Type() protoreflect.EnumType {
+	return &file_allot_plugin_v1_policy_proto_enumTypes[2]
+}
+
+func (x DecisionCause) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use DecisionCause.Descriptor instead.
+func (DecisionCause) EnumDescriptor() ([]byte, []int) {
+	return file_allot_plugin_v1_policy_proto_rawDescGZIP(), []int{2}
+}
+
 // StringPair is one entry of a string map (labels, annotations, selectors). On the wire it is
 // exactly a proto3 map<string, string> entry (key = 1, value = 2), so decoders that read these
 // fields as maps keep working; as a repeated message it is about twice as cheap to encode and
@@ -905,6 +972,7 @@ type PodDecision struct {
 	Ipv4          []*Candidate           `protobuf:"bytes,3,rep,name=ipv4,proto3" json:"ipv4,omitempty"`
 	Ipv6          []*Candidate           `protobuf:"bytes,4,rep,name=ipv6,proto3" json:"ipv6,omitempty"`
 	Source        string                 `protobuf:"bytes,5,opt,name=source,proto3" json:"source,omitempty"`
+	Cause         DecisionCause          `protobuf:"varint,6,opt,name=cause,proto3,enum=allot.plugin.v1.DecisionCause" json:"cause,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -972,6 +1040,13 @@ func (x *PodDecision) GetSource() string {
 		return x.Source
 	}
 	return ""
+}
+
+func (x *PodDecision) GetCause() DecisionCause {
+	if x != nil {
+		return x.Cause
+	}
+	return DecisionCause_DECISION_CAUSE_UNSPECIFIED
 }
 
 type CIDRSpec struct {
@@ -1160,6 +1235,7 @@ type NodeDecision struct {
 	Code          DecisionCode           `protobuf:"varint,1,opt,name=code,proto3,enum=allot.plugin.v1.DecisionCode" json:"code,omitempty"`
 	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
 	Configs       []string               `protobuf:"bytes,3,rep,name=configs,proto3" json:"configs,omitempty"`
+	Cause         DecisionCause          `protobuf:"varint,4,opt,name=cause,proto3,enum=allot.plugin.v1.DecisionCause" json:"cause,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1213,6 +1289,13 @@ func (x *NodeDecision) GetConfigs() []string {
 		return x.Configs
 	}
 	return nil
+}
+
+func (x *NodeDecision) GetCause() DecisionCause {
+	if x != nil {
+		return x.Cause
+	}
+	return DecisionCause_DECISION_CAUSE_UNSPECIFIED
 }
 
 var File_allot_plugin_v1_policy_proto protoreflect.FileDescriptor
@@ -1287,13 +1370,14 @@ const file_allot_plugin_v1_policy_proto_rawDesc = "" +
 	"\x03cni\x18\x04 \x01(\v2\x1b.allot.plugin.v1.CNIRequestR\x03cni\x12/\n" +
 	"\x05pools\x18\x05 \x03(\v2\x19.allot.plugin.v1.PoolViewR\x05pools\"\x1f\n" +
 	"\tCandidate\x12\x12\n" +
-	"\x04pool\x18\x01 \x01(\tR\x04pool\"\xd0\x01\n" +
+	"\x04pool\x18\x01 \x01(\tR\x04pool\"\x86\x02\n" +
 	"\vPodDecision\x121\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x1d.allot.plugin.v1.DecisionCodeR\x04code\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12.\n" +
 	"\x04ipv4\x18\x03 \x03(\v2\x1a.allot.plugin.v1.CandidateR\x04ipv4\x12.\n" +
 	"\x04ipv6\x18\x04 \x03(\v2\x1a.allot.plugin.v1.CandidateR\x04ipv6\x12\x16\n" +
-	"\x06source\x18\x05 \x01(\tR\x06source\"K\n" +
+	"\x06source\x18\x05 \x01(\tR\x06source\x124\n" +
+	"\x05cause\x18\x06 \x01(\x0e2\x1e.allot.plugin.v1.DecisionCauseR\x05cause\"K\n" +
 	"\bCIDRSpec\x12\x12\n" +
 	"\x04cidr\x18\x01 \x01(\tR\x04cidr\x12+\n" +
 	"\x12per_node_mask_size\x18\x02 \x01(\x05R\x0fperNodeMaskSize\"\xe8\x01\n" +
@@ -1306,11 +1390,12 @@ const file_allot_plugin_v1_policy_proto_rawDesc = "" +
 	"freeBlocks\"s\n" +
 	"\vNodeRequest\x12)\n" +
 	"\x04node\x18\x01 \x01(\v2\x15.allot.plugin.v1.NodeR\x04node\x129\n" +
-	"\aconfigs\x18\x02 \x03(\v2\x1f.allot.plugin.v1.CIDRConfigViewR\aconfigs\"s\n" +
+	"\aconfigs\x18\x02 \x03(\v2\x1f.allot.plugin.v1.CIDRConfigViewR\aconfigs\"\xa9\x01\n" +
 	"\fNodeDecision\x121\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x1d.allot.plugin.v1.DecisionCodeR\x04code\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x18\n" +
-	"\aconfigs\x18\x03 \x03(\tR\aconfigs*B\n" +
+	"\aconfigs\x18\x03 \x03(\tR\aconfigs\x124\n" +
+	"\x05cause\x18\x04 \x01(\x0e2\x1e.allot.plugin.v1.DecisionCauseR\x05cause*B\n" +
 	"\x06Family\x12\x16\n" +
 	"\x12FAMILY_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vFAMILY_IPV4\x10\x01\x12\x0f\n" +
@@ -1319,7 +1404,14 @@ const file_allot_plugin_v1_policy_proto_rawDesc = "" +
 	"\x19DECISION_CODE_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15DECISION_CODE_DECIDED\x10\x01\x12\x16\n" +
 	"\x12DECISION_CODE_SKIP\x10\x02\x12\x18\n" +
-	"\x14DECISION_CODE_NO_FIT\x10\x03B9Z7github.com/allot-ipam/allot/sdk/proto/pluginv1;pluginv1b\x06proto3"
+	"\x14DECISION_CODE_NO_FIT\x10\x03*\xbf\x01\n" +
+	"\rDecisionCause\x12\x1e\n" +
+	"\x1aDECISION_CAUSE_UNSPECIFIED\x10\x00\x12\x1b\n" +
+	"\x17DECISION_CAUSE_NO_MATCH\x10\x01\x12\x17\n" +
+	"\x13DECISION_CAUSE_FULL\x10\x02\x12\x1a\n" +
+	"\x16DECISION_CAUSE_INVALID\x10\x03\x12\x1c\n" +
+	"\x18DECISION_CAUSE_AMBIGUOUS\x10\x04\x12\x1e\n" +
+	"\x1aDECISION_CAUSE_UNAVAILABLE\x10\x05B9Z7github.com/allot-ipam/allot/sdk/proto/pluginv1;pluginv1b\x06proto3"
 
 var (
 	file_allot_plugin_v1_policy_proto_rawDescOnce sync.Once
@@ -1333,58 +1425,61 @@ func file_allot_plugin_v1_policy_proto_rawDescGZIP() []byte {
 	return file_allot_plugin_v1_policy_proto_rawDescData
 }
 
-var file_allot_plugin_v1_policy_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_allot_plugin_v1_policy_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
 var file_allot_plugin_v1_policy_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_allot_plugin_v1_policy_proto_goTypes = []any{
 	(Family)(0),            // 0: allot.plugin.v1.Family
 	(DecisionCode)(0),      // 1: allot.plugin.v1.DecisionCode
-	(*StringPair)(nil),     // 2: allot.plugin.v1.StringPair
-	(*Pod)(nil),            // 3: allot.plugin.v1.Pod
-	(*Namespace)(nil),      // 4: allot.plugin.v1.Namespace
-	(*Node)(nil),           // 5: allot.plugin.v1.Node
-	(*CNIRequest)(nil),     // 6: allot.plugin.v1.CNIRequest
-	(*Requirement)(nil),    // 7: allot.plugin.v1.Requirement
-	(*LabelSelector)(nil),  // 8: allot.plugin.v1.LabelSelector
-	(*PoolView)(nil),       // 9: allot.plugin.v1.PoolView
-	(*PodRequest)(nil),     // 10: allot.plugin.v1.PodRequest
-	(*Candidate)(nil),      // 11: allot.plugin.v1.Candidate
-	(*PodDecision)(nil),    // 12: allot.plugin.v1.PodDecision
-	(*CIDRSpec)(nil),       // 13: allot.plugin.v1.CIDRSpec
-	(*CIDRConfigView)(nil), // 14: allot.plugin.v1.CIDRConfigView
-	(*NodeRequest)(nil),    // 15: allot.plugin.v1.NodeRequest
-	(*NodeDecision)(nil),   // 16: allot.plugin.v1.NodeDecision
+	(DecisionCause)(0),     // 2: allot.plugin.v1.DecisionCause
+	(*StringPair)(nil),     // 3: allot.plugin.v1.StringPair
+	(*Pod)(nil),            // 4: allot.plugin.v1.Pod
+	(*Namespace)(nil),      // 5: allot.plugin.v1.Namespace
+	(*Node)(nil),           // 6: allot.plugin.v1.Node
+	(*CNIRequest)(nil),     // 7: allot.plugin.v1.CNIRequest
+	(*Requirement)(nil),    // 8: allot.plugin.v1.Requirement
+	(*LabelSelector)(nil),  // 9: allot.plugin.v1.LabelSelector
+	(*PoolView)(nil),       // 10: allot.plugin.v1.PoolView
+	(*PodRequest)(nil),     // 11: allot.plugin.v1.PodRequest
+	(*Candidate)(nil),      // 12: allot.plugin.v1.Candidate
+	(*PodDecision)(nil),    // 13: allot.plugin.v1.PodDecision
+	(*CIDRSpec)(nil),       // 14: allot.plugin.v1.CIDRSpec
+	(*CIDRConfigView)(nil), // 15: allot.plugin.v1.CIDRConfigView
+	(*NodeRequest)(nil),    // 16: allot.plugin.v1.NodeRequest
+	(*NodeDecision)(nil),   // 17: allot.plugin.v1.NodeDecision
 }
 var file_allot_plugin_v1_policy_proto_depIdxs = []int32{
-	2,  // 0: allot.plugin.v1.Pod.labels:type_name -> allot.plugin.v1.StringPair
-	2,  // 1: allot.plugin.v1.Pod.annotations:type_name -> allot.plugin.v1.StringPair
-	2,  // 2: allot.plugin.v1.Namespace.labels:type_name -> allot.plugin.v1.StringPair
-	2,  // 3: allot.plugin.v1.Namespace.annotations:type_name -> allot.plugin.v1.StringPair
-	2,  // 4: allot.plugin.v1.Node.labels:type_name -> allot.plugin.v1.StringPair
-	2,  // 5: allot.plugin.v1.LabelSelector.match_labels:type_name -> allot.plugin.v1.StringPair
-	7,  // 6: allot.plugin.v1.LabelSelector.match_expressions:type_name -> allot.plugin.v1.Requirement
+	3,  // 0: allot.plugin.v1.Pod.labels:type_name -> allot.plugin.v1.StringPair
+	3,  // 1: allot.plugin.v1.Pod.annotations:type_name -> allot.plugin.v1.StringPair
+	3,  // 2: allot.plugin.v1.Namespace.labels:type_name -> allot.plugin.v1.StringPair
+	3,  // 3: allot.plugin.v1.Namespace.annotations:type_name -> allot.plugin.v1.StringPair
+	3,  // 4: allot.plugin.v1.Node.labels:type_name -> allot.plugin.v1.StringPair
+	3,  // 5: allot.plugin.v1.LabelSelector.match_labels:type_name -> allot.plugin.v1.StringPair
+	8,  // 6: allot.plugin.v1.LabelSelector.match_expressions:type_name -> allot.plugin.v1.Requirement
 	0,  // 7: allot.plugin.v1.PoolView.family:type_name -> allot.plugin.v1.Family
-	8,  // 8: allot.plugin.v1.PoolView.node_affinity:type_name -> allot.plugin.v1.LabelSelector
-	8,  // 9: allot.plugin.v1.PoolView.namespace_affinity:type_name -> allot.plugin.v1.LabelSelector
-	8,  // 10: allot.plugin.v1.PoolView.pod_affinity:type_name -> allot.plugin.v1.LabelSelector
-	3,  // 11: allot.plugin.v1.PodRequest.pod:type_name -> allot.plugin.v1.Pod
-	4,  // 12: allot.plugin.v1.PodRequest.namespace:type_name -> allot.plugin.v1.Namespace
-	5,  // 13: allot.plugin.v1.PodRequest.node:type_name -> allot.plugin.v1.Node
-	6,  // 14: allot.plugin.v1.PodRequest.cni:type_name -> allot.plugin.v1.CNIRequest
-	9,  // 15: allot.plugin.v1.PodRequest.pools:type_name -> allot.plugin.v1.PoolView
+	9,  // 8: allot.plugin.v1.PoolView.node_affinity:type_name -> allot.plugin.v1.LabelSelector
+	9,  // 9: allot.plugin.v1.PoolView.namespace_affinity:type_name -> allot.plugin.v1.LabelSelector
+	9,  // 10: allot.plugin.v1.PoolView.pod_affinity:type_name -> allot.plugin.v1.LabelSelector
+	4,  // 11: allot.plugin.v1.PodRequest.pod:type_name -> allot.plugin.v1.Pod
+	5,  // 12: allot.plugin.v1.PodRequest.namespace:type_name -> allot.plugin.v1.Namespace
+	6,  // 13: allot.plugin.v1.PodRequest.node:type_name -> allot.plugin.v1.Node
+	7,  // 14: allot.plugin.v1.PodRequest.cni:type_name -> allot.plugin.v1.CNIRequest
+	10, // 15: allot.plugin.v1.PodRequest.pools:type_name -> allot.plugin.v1.PoolView
 	1,  // 16: allot.plugin.v1.PodDecision.code:type_name -> allot.plugin.v1.DecisionCode
-	11, // 17: allot.plugin.v1.PodDecision.ipv4:type_name -> allot.plugin.v1.Candidate
-	11, // 18: allot.plugin.v1.PodDecision.ipv6:type_name -> allot.plugin.v1.Candidate
-	8,  // 19: allot.plugin.v1.CIDRConfigView.node_selector:type_name -> allot.plugin.v1.LabelSelector
-	13, // 20: allot.plugin.v1.CIDRConfigView.ipv4:type_name -> allot.plugin.v1.CIDRSpec
-	13, // 21: allot.plugin.v1.CIDRConfigView.ipv6:type_name -> allot.plugin.v1.CIDRSpec
-	5,  // 22: allot.plugin.v1.NodeRequest.node:type_name -> allot.plugin.v1.Node
-	14, // 23: allot.plugin.v1.NodeRequest.configs:type_name -> allot.plugin.v1.CIDRConfigView
-	1,  // 24: allot.plugin.v1.NodeDecision.code:type_name -> allot.plugin.v1.DecisionCode
-	25, // [25:25] is the sub-list for method output_type
-	25, // [25:25] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	12, // 17: allot.plugin.v1.PodDecision.ipv4:type_name -> allot.plugin.v1.Candidate
+	12, // 18: allot.plugin.v1.PodDecision.ipv6:type_name -> allot.plugin.v1.Candidate
+	2,  // 19: allot.plugin.v1.PodDecision.cause:type_name -> allot.plugin.v1.DecisionCause
+	9,  // 20: allot.plugin.v1.CIDRConfigView.node_selector:type_name -> allot.plugin.v1.LabelSelector
+	14, // 21: allot.plugin.v1.CIDRConfigView.ipv4:type_name -> allot.plugin.v1.CIDRSpec
+	14, // 22: allot.plugin.v1.CIDRConfigView.ipv6:type_name -> allot.plugin.v1.CIDRSpec
+	6,  // 23: allot.plugin.v1.NodeRequest.node:type_name -> allot.plugin.v1.Node
+	15, // 24: allot.plugin.v1.NodeRequest.configs:type_name -> allot.plugin.v1.CIDRConfigView
+	1,  // 25: allot.plugin.v1.NodeDecision.code:type_name -> allot.plugin.v1.DecisionCode
+	2,  // 26: allot.plugin.v1.NodeDecision.cause:type_name -> allot.plugin.v1.DecisionCause
+	27, // [27:27] is the sub-list for method output_type
+	27, // [27:27] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_allot_plugin_v1_policy_proto_init() }
@@ -1397,7 +1492,7 @@ func file_allot_plugin_v1_policy_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_allot_plugin_v1_policy_proto_rawDesc), len(file_allot_plugin_v1_policy_proto_rawDesc)),
-			NumEnums:      2,
+			NumEnums:      3,
 			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   0,

@@ -43,7 +43,7 @@ const (
 
 	candPool = 1
 
-	podDecCode, podDecReason, podDecIPv4, podDecIPv6, podDecSource = 1, 2, 3, 4, 5
+	podDecCode, podDecReason, podDecIPv4, podDecIPv6, podDecSource, podDecCause = 1, 2, 3, 4, 5, 6
 
 	specCIDR, specPerNodeMaskSize = 1, 2
 
@@ -51,7 +51,7 @@ const (
 
 	nodeReqNode, nodeReqConfigs = 1, 2
 
-	nodeDecCode, nodeDecReason, nodeDecConfigs = 1, 2, 3
+	nodeDecCode, nodeDecReason, nodeDecConfigs, nodeDecCause = 1, 2, 3, 4
 
 	infoName, infoVersion, infoKind, infoContractVersion = 1, 2, 3, 4
 
@@ -573,6 +573,16 @@ func codeValue(c policy.Code) uint64 {
 	return 0 // DECISION_CODE_UNSPECIFIED: the host rejects it, naming the field
 }
 
+// appendCause appends a DecisionCause field. Its values are policy.Cause's; an enum is an
+// int32 varint, so a negative one (which the host rejects) is sign-extended as proto writes it.
+func appendCause(b []byte, num protowire.Number, c policy.Cause) []byte {
+	if c == policy.CauseUnspecified {
+		return b
+	}
+	b = protowire.AppendTag(b, num, protowire.VarintType)
+	return protowire.AppendVarint(b, uint64(int64(c)))
+}
+
 func appendString(b []byte, num protowire.Number, s string) []byte {
 	if s == "" {
 		return b // proto3: default values are not written
@@ -603,7 +613,8 @@ func appendPodDecision(b []byte, d policy.PodDecision) []byte {
 	b = appendString(b, podDecReason, d.Reason)
 	b = appendCandidates(b, podDecIPv4, d.IPv4)
 	b = appendCandidates(b, podDecIPv6, d.IPv6)
-	return appendString(b, podDecSource, d.Source)
+	b = appendString(b, podDecSource, d.Source)
+	return appendCause(b, podDecCause, d.Cause)
 }
 
 // appendNodeDecision appends the NodeDecision encoding of d.
@@ -617,7 +628,7 @@ func appendNodeDecision(b []byte, d policy.NodeDecision) []byte {
 		b = protowire.AppendTag(b, nodeDecConfigs, protowire.BytesType) // repeated: empty strings are written too
 		b = protowire.AppendString(b, c)
 	}
-	return b
+	return appendCause(b, nodeDecCause, d.Cause)
 }
 
 // appendPluginInfo appends the PluginInfo encoding for a pool policy.

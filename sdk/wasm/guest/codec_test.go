@@ -122,6 +122,7 @@ func TestEncodeDecisionsMatchWire(t *testing.T) {
 		{Code: policy.Decided, Reason: "r", Source: "pod label", IPv4: policy.Candidates("a", "b"), IPv6: policy.Candidates("c")},
 		{Code: policy.Skip},
 		{Code: policy.NoFit, Reason: "nothing fits"},
+		{Code: policy.NoFit, Reason: "annotation does not parse", Cause: policy.CauseInvalid, Source: "pod annotation"},
 	}
 	for _, d := range pods {
 		var m pb.PodDecision
@@ -139,6 +140,7 @@ func TestEncodeDecisionsMatchWire(t *testing.T) {
 	nodes := []policy.NodeDecision{
 		{Code: policy.Decided, Configs: []string{"a", "b"}},
 		{Code: policy.NoFit, Reason: "no config matches"},
+		{Code: policy.NoFit, Reason: "every config is full", Cause: policy.CauseFull},
 	}
 	for _, d := range nodes {
 		var m pb.NodeDecision
