@@ -35,6 +35,14 @@ type Config struct {
 	// that the garbage collection (GC) can find the cluster's leaked interfaces (Cilium tags
 	// its ENIs io.cilium/cluster-name for the same reason).
 	ClusterName string
+	// PrefixDelegation (Cilium's --aws-enable-prefix-delegation, the AWS VPC CNI's
+	// ENABLE_PREFIX_DELEGATION): each address slot of an interface takes an IPv4 /28 prefix
+	// (16 addresses) instead of one address, on instances that can carry prefixes; the
+	// watermarks still count addresses. Default false.
+	PrefixDelegation bool
+	// IPv6PrefixDelegation: every node gets one IPv6 /80 prefix on its first eligible
+	// interface, from which its pods take IPv6 addresses (the AWS VPC CNI's IPv6 mode).
+	IPv6PrefixDelegation bool
 	// DeleteOnTermination (spec.eni.delete-on-termination), default true.
 	DeleteOnTermination bool
 	// Release enables releasing excess addresses (default true; Cilium's

@@ -35,6 +35,10 @@ type NodeState struct {
 	// SecurityGroupTags choose the node's new interfaces' groups by tags (Cilium's
 	// spec.eni.security-group-tags) when it names no SecurityGroups.
 	SecurityGroupTags map[string]string
+	// PrefixDelegation and IPv6PrefixDelegation override the configuration's for this node
+	// (nil: Config's; Cilium's spec.eni.disable-prefix-delegation, inverted).
+	PrefixDelegation     *bool
+	IPv6PrefixDelegation *bool
 }
 
 // Publisher receives a node's pool after every change the engine made, so the operator can
@@ -113,10 +117,13 @@ type node struct {
 	// Owned by the pass that handles the node.
 	inv         *cloud.NodeInventory
 	neededSince time.Time
-	excessSince map[netip.Addr]time.Time
+	excessSince map[netip.Addr]time.Time // by a release unit's first address
 	refused     map[netip.Addr]time.Time
-	status      NodeStatus
-	published   string // signature of the last pool handed to the Publisher
+	// noPrefixes: the cloud found no free prefix in the node's subnet; like Cilium, the node
+	// allocates secondary addresses from then on (until the operator restarts).
+	noPrefixes bool
+	status     NodeStatus
+	published  string // signature of the last pool handed to the Publisher
 }
 
 // New returns an engine; Run drives it, or the caller calls Pass.
@@ -283,8 +290,9 @@ func (e *Engine) Pass(ctx context.Context) PassResult {
 			return
 		}
 		q.n.inv = &inv
-		p := e.effectiveParams(q.state, inv)
-		avail := Available(inv, e.selector(q.state))
+		sel := e.selectorFor(q.n, q.state, inv)
+		p := e.effectiveParams(q.state, inv, sel)
+		avail := Available(inv, sel)
 		q.deficit = Deficit(NeededIPs(avail, len(q.state.Used), p), ExcessIPs(avail, len(q.state.Used), p))
 	})
 	order(items)
@@ -354,12 +362,37 @@ func (e *Engine) params(s NodeState) Params {
 // instance's capacity (Capacity), as Cilium's getMaxAllocate does: without it a node whose
 // pods outgrow what its instance type can hold would keep "needing" addresses no interface
 // can take, every pass.
-func (e *Engine) effectiveParams(s NodeState, inv cloud.NodeInventory) Params {
+func (e *Engine) effectiveParams(s NodeState, inv cloud.NodeInventory, sel Selector) Params {
 	p := e.params(s)
 	if p.MaxAllocate == 0 {
-		p.MaxAllocate = Capacity(inv, e.selector(s))
+		p.MaxAllocate = Capacity(inv, sel)
 	}
 	return p
+}
+
+// selectorFor is the node's selector in its prefix mode: prefix delegation is on for the
+// node, its instance can carry prefixes (AWS: Nitro; Cilium allocates secondary addresses
+// on other instances) and its subnet has not run out of free prefixes.
+func (e *Engine) selectorFor(n *node, s NodeState, inv cloud.NodeInventory) Selector {
+	sel := e.selector(s)
+	sel.Prefixes = e.prefixes(s) && inv.Limits.PrefixDelegation && !n.noPrefixes
+	return sel
+}
+
+// prefixes and ipv6Prefixes are the node's prefix delegation switches: its own, else the
+// configuration's.
+func (e *Engine) prefixes(s NodeState) bool {
+	if s.PrefixDelegation != nil {
+		return *s.PrefixDelegation
+	}
+	return e.cfg.PrefixDelegation
+}
+
+func (e *Engine) ipv6Prefixes(s NodeState) bool {
+	if s.IPv6PrefixDelegation != nil {
+		return *s.IPv6PrefixDelegation
+	}
+	return e.cfg.IPv6PrefixDelegation
 }
 
 // selector is which of the node's interfaces carry pod addresses.
@@ -409,146 +442,6 @@ func (e *Engine) Nodes() []string {
 	return out
 }
 
-// maintain handles one node: allocation while it needs addresses, else the release
-// handshake. It returns what it did (Worked > 0 if it did anything at all).
-func (e *Engine) maintain(ctx context.Context, q *queued) (r struct {
-	PassResult
-	Worked int
-}) {
-	n, inv, s := q.n, q.n.inv, q.state
-	p := e.effectiveParams(s, *inv)
-	sel := e.selector(s)
-	first := sel.First
-	used := len(s.Used)
-	n.status = NodeStatus{Name: q.name, Used: used, Pending: s.Pending}
-	changed := false
-
-	// Allocation.
-	skip := map[string]bool{}
-	blocked := ""
-	steps := 0
-	for {
-		avail := Available(*inv, sel)
-		needed := NeededIPs(avail, used, p)
-		if needed == 0 {
-			if !n.neededSince.IsZero() {
-				e.opts.Metrics.observeTimeToAddress(e.opts.Now().Sub(n.neededSince))
-				n.neededSince = time.Time{}
-			}
-			break
-		}
-		if n.neededSince.IsZero() {
-			n.neededSince = e.opts.Now()
-		}
-		if steps >= e.cfg.MaxStepsPerNode {
-			r.Unfinished = true
-			break
-		}
-		r.Worked++
-		want := AllocationTarget(avail, needed, s.Pending, p)
-		if ifc, onIfc, onSub, ok := PickInterface(*inv, sel, skip); ok {
-			steps++
-			amount := AllocationAmount(onSub, onIfc, want)
-			got, err := e.backend.Allocate(ctx, cloud.AllocateRequest{Node: s.Ref, Interface: ifc.ID, Family: cloud.IPv4, Count: amount})
-			switch {
-			case err == nil:
-				addAddresses(inv, ifc.ID, got.Addresses)
-				takeFromSubnet(inv, ifc.Subnet, uint64(len(got.Addresses)))
-				r.Allocated += len(got.Addresses)
-				changed = true
-				continue
-			case errors.Is(err, cloud.ErrSubnetFull):
-				setSubnetFree(inv, ifc.Subnet, 0)
-				skip[ifc.ID] = true
-				continue
-			case errors.Is(err, cloud.ErrLimitReached):
-				skip[ifc.ID] = true
-				continue
-			}
-			e.fail(n, &r.PassResult, "allocate", err)
-			break
-		}
-		idx, ok := PickIndex(*inv, first)
-		if !ok {
-			blocked = "interface limit reached and every interface is full"
-			break
-		}
-		sub, ok := PickSubnet(*inv, s.Ref.Zone, e.subnetRules(s), 2)
-		if !ok {
-			blocked = "no subnet with free addresses"
-			break
-		}
-		steps++
-		count := min(want, FreeOnInterface(cloud.Interface{}, inv.Limits), int(min(sub.Free-1, uint64(unlimited))))
-		sgIDs, sgTags := e.securityGroups(s)
-		ifc, err := e.backend.CreateInterface(ctx, cloud.CreateInterfaceRequest{
-			Node: s.Ref, Index: idx, Subnet: sub.ID, SecurityGroups: sgIDs, SecurityGroupTags: sgTags,
-			Description: e.description(q.name), Tags: e.tags(q.name),
-			DeleteOnTermination: e.cfg.DeleteOnTermination, Family: cloud.IPv4, Count: count,
-		})
-		switch {
-		case err == nil:
-			inv.Interfaces = append(inv.Interfaces, ifc)
-			takeFromSubnet(inv, ifc.Subnet, uint64(1+len(ifc.Addresses)))
-			r.Created++
-			r.Allocated += len(ifc.Addresses)
-			changed = true
-			continue
-		case errors.Is(err, cloud.ErrSubnetFull):
-			setSubnetFree(inv, sub.ID, 0)
-			continue
-		case errors.Is(err, cloud.ErrLimitReached):
-			blocked = "interface limit reached: " + err.Error()
-		default:
-			e.fail(n, &r.PassResult, "create interface", err)
-		}
-		break
-	}
-	if blocked != "" {
-		e.log.Warn("eni: node cannot get more addresses", "node", q.name, "reason", blocked)
-	}
-	if r.Errors > 0 {
-		r.Unfinished = true
-	}
-
-	// Release handshake (also aborts marks when the node is no longer in excess).
-	avail := Available(*inv, sel)
-	needed, excess := NeededIPs(avail, used, p), ExcessIPs(avail, used, p)
-	// A failed call dropped the inventory (fail: re-read the truth next pass): no release
-	// decisions on a picture known to be stale.
-	if e.opts.Handshake != nil && n.inv != nil {
-		rel := e.release(ctx, q, needed, excess)
-		r.Released += rel.released
-		r.Marked += rel.marked
-		r.NextRelease = rel.next
-		r.Errors += rel.errors
-		r.Worked += rel.worked
-		n.status.Releasing = rel.inFlight
-		changed = changed || rel.released > 0
-	}
-
-	avail = Available(*inv, sel)
-	n.status.Available = avail
-	n.status.Needed = NeededIPs(avail, used, p)
-	n.status.Excess = ExcessIPs(avail, used, p)
-	n.status.Interfaces = len(inv.Interfaces)
-	n.status.Capacity = Capacity(*inv, sel)
-	n.status.Blocked = blocked
-	if e.opts.Publisher != nil {
-		pool := *inv
-		pool.Interfaces = Eligible(*inv, sel)
-		// Publish on every change, and once for a node first seen (e.g. after a restart).
-		if sig := poolSignature(pool); changed || sig != n.published {
-			if err := e.opts.Publisher.Publish(ctx, q.name, pool); err != nil {
-				e.fail(n, &r.PassResult, "publish", err)
-			} else {
-				n.published = sig
-			}
-		}
-	}
-	return r
-}
-
 func (e *Engine) fail(n *node, r *PassResult, op string, err error) {
 	r.Errors++
 	n.status.LastError = op + ": " + err.Error()
@@ -575,158 +468,16 @@ func (e *Engine) tags(node string) map[string]string {
 	return out
 }
 
-type releaseResult struct {
-	released, marked, errors, worked, inFlight int
-	next                                       time.Time // earliest candidate due for marking
-}
-
-// release runs the operator's half of the handshake for one node. allowed is how many
-// addresses may be in the handshake: the excess when releasing is on and the node needs
-// nothing, else 0 (which aborts every mark).
-func (e *Engine) release(ctx context.Context, q *queued, needed, excess int) (rr releaseResult) {
-	n, inv, s := q.n, q.n.inv, q.state
-	hs := e.opts.Handshake
-	now := e.opts.Now()
-	allowed := 0
-	if e.cfg.Release && needed == 0 {
-		allowed = excess
-	}
-	states, err := hs.States(ctx, q.name)
-	if err != nil {
-		rr.errors++
-		e.log.Warn("eni: handshake read failed", "node", q.name, "err", err)
-		return rr
-	}
-	inUse := map[netip.Addr]bool{}
-	for _, a := range s.Used {
-		inUse[a] = true
-	}
-	owner := map[netip.Addr]string{}
-	for _, ifc := range Eligible(*inv, e.selector(s)) {
-		for _, a := range ifc.Addresses {
-			owner[a] = ifc.ID
-		}
-	}
-
-	// Existing entries: answers and aborts. Ready entries are kept before marked ones.
-	var ts []Transition
-	ready := map[string][]netip.Addr{}
-	keep := allowed
-	for _, want := range []ReleaseState{StateReady, StateMarked} {
-		for _, a := range sortedAddrs(states) {
-			if states[a] != want {
-				continue
-			}
-			ifc, onNode := owner[a]
-			switch {
-			case want == StateReady && !onNode:
-				// Already gone from the cloud (e.g. unassigned before a restart): finish.
-				ts = append(ts, Transition{a, StateReady, StateReleased})
-			case keep <= 0 || !onNode || inUse[a]:
-				ts = append(ts, Transition{a, want, StateNone}) // abort: no longer excess
-			default:
-				keep--
-				if want == StateReady {
-					ready[ifc] = append(ready[ifc], a)
-				}
-			}
-		}
-	}
-	for _, a := range sortedAddrs(states) {
-		if states[a] == StateDoNotRelease {
-			ts = append(ts, Transition{a, StateDoNotRelease, StateNone})
-			n.refused[a] = now
-		}
-	}
-	rr.inFlight = allowed - keep
-
-	// Unassign what the agent let go, one call per interface.
-	ifcs := make([]string, 0, len(ready))
-	for id := range ready {
-		ifcs = append(ifcs, id)
-	}
-	sort.Strings(ifcs)
-	for _, id := range ifcs {
-		addrs := ready[id]
-		if err := e.backend.Release(ctx, cloud.ReleaseRequest{Node: s.Ref, Interface: id, Addresses: addrs}); err != nil {
-			rr.errors++
-			n.status.LastError = "release: " + err.Error()
-			e.opts.Metrics.countError("release", err)
-			e.log.Warn("eni: release failed", "node", q.name, "interface", id, "err", err)
-			continue
-		}
-		removeAddresses(inv, id, addrs)
-		for _, a := range addrs {
-			ts = append(ts, Transition{a, StateReady, StateReleased})
-		}
-		rr.released += len(addrs)
-		rr.inFlight -= len(addrs)
-	}
-
-	// New candidates, marked once they have been excess for the release delay.
-	budget := keep
-	for a, t := range n.refused {
-		if now.Sub(t) >= e.cfg.ReleaseDelay {
-			delete(n.refused, a)
-		}
-	}
-	if budget > 0 {
-		busy := func(a netip.Addr) bool {
-			_, inHS := states[a]
-			_, refused := n.refused[a]
-			return inUse[a] || inHS || refused
-		}
-		_, cands := PickRelease(*inv, e.selector(s), busy, budget)
-		seen := map[netip.Addr]bool{}
-		for _, a := range cands {
-			seen[a] = true
-			since, ok := n.excessSince[a]
-			if !ok {
-				n.excessSince[a] = now
-				if due := now.Add(e.cfg.ReleaseDelay); rr.next.IsZero() || due.Before(rr.next) {
-					rr.next = due
-				}
-				continue
-			}
-			if now.Sub(since) >= e.cfg.ReleaseDelay {
-				ts = append(ts, Transition{a, StateNone, StateMarked})
-				delete(n.excessSince, a)
-				rr.marked++
-				rr.inFlight++
-			} else if due := since.Add(e.cfg.ReleaseDelay); rr.next.IsZero() || due.Before(rr.next) {
-				rr.next = due
-			}
-		}
-		for a := range n.excessSince {
-			if !seen[a] {
-				delete(n.excessSince, a)
-			}
-		}
-	} else {
-		clear(n.excessSince)
-	}
-
-	if len(ts) > 0 {
-		rr.worked++
-		rejected, err := hs.Apply(ctx, q.name, ts)
-		if err != nil {
-			rr.errors++
-			e.log.Warn("eni: handshake write failed", "node", q.name, "err", err)
-		}
-		for _, t := range rejected {
-			e.log.Debug("eni: handshake entry moved meanwhile", "node", q.name, "transition", t.String())
-		}
-	}
-	e.opts.Metrics.countReleased(rr.released)
-	return rr
-}
-
 func poolSignature(inv cloud.NodeInventory) string {
 	var b strings.Builder
 	for _, ifc := range inv.Interfaces {
 		fmt.Fprintf(&b, "%s/%d:", ifc.ID, ifc.Index)
 		for _, a := range ifc.Addresses {
 			b.WriteString(a.String())
+			b.WriteByte(',')
+		}
+		for _, p := range ifc.Prefixes {
+			b.WriteString(p.String())
 			b.WriteByte(',')
 		}
 		b.WriteByte(';')

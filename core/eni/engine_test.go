@@ -239,7 +239,7 @@ func TestNeededNeverExceedsInstanceCapacity(t *testing.T) {
 			if st.Capacity != tc.wantCap || st.Available != tc.wantAvail || st.Needed != 0 || st.Blocked != "" {
 				t.Fatalf("status %+v, want capacity %d, available %d, needed 0, not blocked", st, tc.wantCap, tc.wantAvail)
 			}
-			if NeededIPs(st.Available, st.Available, e.effectiveParams(NodeState{Ref: ref}, b.inv)) != 0 {
+			if NeededIPs(st.Available, st.Available, e.effectiveParams(NodeState{Ref: ref}, b.inv, e.selector(NodeState{Ref: ref}))) != 0 {
 				t.Fatal("a full node still needs addresses")
 			}
 		})

@@ -3,6 +3,7 @@ package eni
 import (
 	"math"
 	"net/netip"
+	"slices"
 	"sort"
 
 	"github.com/allot-ipam/allot/sdk/cloud"
@@ -24,6 +25,39 @@ type Selector struct {
 	// released from it. It still takes a device index and counts against the node's
 	// interface limit. Empty excludes nothing.
 	ExcludeTags map[string]string
+	// Prefixes: the node's free slots take IPv4 /28 prefixes (prefix delegation), so each
+	// slot counts PrefixSize4 addresses.
+	Prefixes bool
+}
+
+// PrefixSize4 is the number of addresses of a delegated IPv4 prefix (AWS: a /28).
+const PrefixSize4 = 16
+
+// PoolAddrs are the interface's pod addresses: its secondary addresses and every address
+// of its IPv4 prefixes, sorted. Pods get them one by one, as Cilium hands out the addresses
+// of a /28 (its operator writes all 16 into the node's pool).
+func PoolAddrs(ifc cloud.Interface) []netip.Addr {
+	out := append([]netip.Addr(nil), ifc.Addresses...)
+	for _, p := range ifc.Prefixes {
+		if p.Addr().Is4() {
+			for a := p.Masked().Addr(); p.Contains(a); a = a.Next() {
+				out = append(out, a)
+			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Less(out[j]) })
+	return out
+}
+
+// prefixes4 counts the interface's IPv4 prefixes (each takes one address slot).
+func prefixes4(ifc cloud.Interface) int {
+	n := 0
+	for _, p := range ifc.Prefixes {
+		if p.Addr().Is4() {
+			n++
+		}
+	}
+	return n
 }
 
 // Excluded reports whether ifc carries every one of the exclude tags.
@@ -56,18 +90,19 @@ func Eligible(inv cloud.NodeInventory, sel Selector) []cloud.Interface {
 func Available(inv cloud.NodeInventory, sel Selector) int {
 	n := 0
 	for _, ifc := range Eligible(inv, sel) {
-		n += len(ifc.Addresses)
+		n += len(ifc.Addresses) + PrefixSize4*prefixes4(ifc)
 	}
 	return n
 }
 
-// FreeOnInterface is how many more addresses the interface can carry: the per-interface
-// limit counts the interface's own primary address, which Addresses excludes.
+// FreeOnInterface is how many more address slots the interface has, each for one address
+// or one prefix: the per-interface limit counts the interface's own primary address, which
+// Addresses excludes, and each IPv4 prefix takes a slot (AWS).
 func FreeOnInterface(ifc cloud.Interface, l cloud.Limits) int {
 	if l.AddressesPerInterface <= 0 {
 		return unlimited
 	}
-	return max(l.AddressesPerInterface-1-len(ifc.Addresses), 0)
+	return max(l.AddressesPerInterface-1-len(ifc.Addresses)-prefixes4(ifc), 0)
 }
 
 // Capacity is how many pod addresses the node can hold at most, from its instance type's
@@ -75,7 +110,8 @@ func FreeOnInterface(ifc cloud.Interface, l cloud.Limits) int {
 // times the addresses each can carry besides its own primary address. This is Cilium's
 // instance limit used as max-allocate when none is set (pkg/ipam/node.go getMaxAllocate,
 // pkg/aws/eni/node.go GetMaximumAllocatableIPv4: (adapters - first-interface-index) x
-// (IPv4 per adapter - 1); docs.cilium.io .../ipam/eni/, "Instance type limits"). 0 means
+// (IPv4 per adapter - 1); docs.cilium.io .../ipam/eni/, "Instance type limits"), times
+// PrefixSize4 with prefix delegation (Cilium multiplies by its ENIPDBlockSizeIPv4). 0 means
 // unknown (a limit the backend did not report), i.e. no cap.
 func Capacity(inv cloud.NodeInventory, sel Selector) int {
 	l := inv.Limits
@@ -88,7 +124,21 @@ func Capacity(inv cloud.NodeInventory, sel Selector) int {
 			slots--
 		}
 	}
-	return max(slots, 0) * max(l.AddressesPerInterface-1, 0)
+	perSlot := 1
+	if sel.Prefixes {
+		perSlot = PrefixSize4
+	}
+	return max(slots, 0) * max(l.AddressesPerInterface-1, 0) * perSlot
+}
+
+// PrefixAmount is AllocationAmount in prefixes: want addresses rounded up to whole prefixes
+// (Cilium's ip.PrefixCeil), no more than the interface's free slots, and at least one when
+// the subnet's free count cannot tell (the cloud answers ErrNoFreePrefix if no block is left).
+func PrefixAmount(onSubnet, onInterface, want int) int {
+	if want <= 0 {
+		return 0
+	}
+	return max(min(onInterface, (want+PrefixSize4-1)/PrefixSize4, max(onSubnet/PrefixSize4, 1)), 0)
 }
 
 // FreeOnSubnet is the subnet's free count as an int; a subnet the inventory does not list is
@@ -235,29 +285,78 @@ func PickIndex(inv cloud.NodeInventory, first int) (int, bool) {
 	}
 }
 
+// Unit is what goes back to the cloud in one piece: a secondary address, or a delegated
+// IPv4 prefix with all its addresses (released only whole, once none is in use: Cilium's
+// release of prefixes, and the AWS VPC CNI's, free only prefixes without a pod).
+type Unit struct {
+	Interface string
+	// Prefix is the delegated prefix, invalid for a single address.
+	Prefix netip.Prefix
+	Addrs  []netip.Addr
+}
+
+// Units lists the release units of the eligible interfaces, in interface order, addresses
+// before prefixes. IPv6 prefixes are no units: a node keeps its /80.
+func Units(inv cloud.NodeInventory, sel Selector) []Unit {
+	var out []Unit
+	for _, ifc := range Eligible(inv, sel) {
+		for _, a := range ifc.Addresses {
+			out = append(out, Unit{Interface: ifc.ID, Addrs: []netip.Addr{a}})
+		}
+		for _, p := range ifc.Prefixes {
+			if p.Addr().Is4() {
+				out = append(out, Unit{Interface: ifc.ID, Prefix: p, Addrs: PoolAddrs(cloud.Interface{Prefixes: []netip.Prefix{p}})})
+			}
+		}
+	}
+	return out
+}
+
 // PickRelease chooses what to release: on the eligible interface with the most free
-// addresses (not in use, not refused by the agent), up to excess of them, highest addresses
-// first. Ties go to the higher index (keep the low interfaces full).
-func PickRelease(inv cloud.NodeInventory, sel Selector, inUse func(netip.Addr) bool, excess int) (string, []netip.Addr) {
+// addresses in free units (none of its addresses in use or refused by the agent), whole
+// units worth at most excess addresses, highest first. Ties go to the higher index (keep the
+// low interfaces full).
+func PickRelease(inv cloud.NodeInventory, sel Selector, inUse func(netip.Addr) bool, excess int) (string, []Unit) {
 	if excess <= 0 {
 		return "", nil
 	}
+	free := map[string][]Unit{}
+	count := map[string]int{}
+	for _, u := range Units(inv, sel) {
+		if !slices.ContainsFunc(u.Addrs, inUse) {
+			free[u.Interface] = append(free[u.Interface], u)
+			count[u.Interface] += len(u.Addrs)
+		}
+	}
 	var best string
-	var bestFree []netip.Addr
 	for _, ifc := range Eligible(inv, sel) {
-		var free []netip.Addr
-		for _, a := range ifc.Addresses {
-			if !inUse(a) {
-				free = append(free, a)
+		if count[ifc.ID] > 0 && count[ifc.ID] >= count[best] {
+			best = ifc.ID
+		}
+	}
+	units := free[best]
+	sort.Slice(units, func(i, j int) bool { return units[j].Addrs[0].Less(units[i].Addrs[0]) })
+	var out []Unit
+	for _, u := range units {
+		if len(u.Addrs) <= excess {
+			out = append(out, u)
+			excess -= len(u.Addrs)
+		}
+	}
+	if len(out) == 0 {
+		return "", nil
+	}
+	return best, out
+}
+
+// HasIPv6Prefix reports whether one of the interfaces carries an IPv6 prefix.
+func HasIPv6Prefix(ifcs []cloud.Interface) bool {
+	for _, ifc := range ifcs {
+		for _, p := range ifc.Prefixes {
+			if p.Addr().Is6() {
+				return true
 			}
 		}
-		if len(free) > 0 && len(free) >= len(bestFree) {
-			best, bestFree = ifc.ID, free
-		}
 	}
-	sort.Slice(bestFree, func(i, j int) bool { return bestFree[j].Less(bestFree[i]) })
-	if len(bestFree) > excess {
-		bestFree = bestFree[:excess]
-	}
-	return best, bestFree
+	return false
 }

@@ -147,11 +147,13 @@ func TestPickRelease(t *testing.T) {
 		used[a] = true
 	}
 	inUse := func(a netip.Addr) bool { return used[a] }
-	id, got := PickRelease(inv, Selector{First: 0}, inUse, 3)
+	id, units := PickRelease(inv, Selector{First: 0}, inUse, 3)
+	got := unitAddrs(units)
 	if id != "eni-0" || len(got) != 3 || got[0] != netip.MustParseAddr("10.0.1.14") {
 		t.Fatalf("got %s %v", id, got)
 	}
-	id, got = PickRelease(inv, Selector{First: 1}, inUse, 10)
+	id, units = PickRelease(inv, Selector{First: 1}, inUse, 10)
+	got = unitAddrs(units)
 	if id != "eni-1" || len(got) != 4 {
 		t.Fatalf("first=1: got %s %v", id, got)
 	}
@@ -164,6 +166,14 @@ func TestPickRelease(t *testing.T) {
 		t.Fatal("released without excess")
 	}
 	_ = addrs
+}
+
+func unitAddrs(us []Unit) []netip.Addr {
+	var out []netip.Addr
+	for _, u := range us {
+		out = append(out, u.Addrs...)
+	}
+	return out
 }
 
 func TestQueueOrder(t *testing.T) {

@@ -142,13 +142,17 @@ func (b *Backend) Inventory(ctx context.Context, n cloud.NodeRef) (cloud.NodeInv
 
 func toInterface(e eniEntry) cloud.Interface {
 	return cloud.Interface{ID: e.id, Index: e.index, Subnet: e.subnet, MAC: e.mac, Primary: e.index == 0,
-		Addresses: append([]netip.Addr(nil), e.addrs...), SecurityGroups: append([]string(nil), e.groups...), Tags: e.tags}
+		Addresses: append([]netip.Addr(nil), e.addrs...), SecurityGroups: append([]string(nil), e.groups...), Tags: e.tags,
+		Prefixes: append([]netip.Prefix(nil), e.prefixes...)}
 }
 
 // Allocate implements cloud.CloudBackend with AssignPrivateIpAddresses. It asks for no more
 // than the interface and its subnet can take (as far as the cache knows), so a full
 // interface costs no API call.
 func (b *Backend) Allocate(ctx context.Context, req cloud.AllocateRequest) (cloud.AllocateResult, error) {
+	if req.Prefixes {
+		return b.allocatePrefixes(ctx, req)
+	}
 	if req.Family != cloud.IPv4 {
 		return cloud.AllocateResult{}, fmt.Errorf("aws-eni: allocate: family %q: %w (IPv4 only for now)", req.Family, cloud.ErrUnsupported)
 	}
@@ -168,7 +172,7 @@ func (b *Backend) Allocate(ctx context.Context, req cloud.AllocateRequest) (clou
 		return cloud.AllocateResult{}, fmt.Errorf("aws-eni: allocate: %w", err)
 	}
 	count := req.Count
-	if room := lim.AddressesPerInterface - 1 - len(e.addrs); lim.AddressesPerInterface > 0 && count > room {
+	if room := lim.AddressesPerInterface - 1 - len(e.addrs) - e.prefixes4(); lim.AddressesPerInterface > 0 && count > room {
 		if room <= 0 {
 			return cloud.AllocateResult{}, fmt.Errorf("aws-eni: allocate: %s holds %d addresses: %w", e.id, len(e.addrs)+1, cloud.ErrLimitReached)
 		}
@@ -382,6 +386,11 @@ func (b *Backend) Release(ctx context.Context, req cloud.ReleaseRequest) error {
 	inst, _, _, err := b.node(ctx, req.Node)
 	if err != nil {
 		return err
+	}
+	if len(req.Prefixes) > 0 {
+		if err := b.releasePrefixes(ctx, inst, req); err != nil || len(req.Addresses) == 0 {
+			return err
+		}
 	}
 	for attempt := 0; attempt < 2; attempt++ {
 		e, ok := b.cache.eni(req.Interface)

@@ -20,10 +20,12 @@ func TestBuiltinLimits(t *testing.T) {
 		typ  string
 		want cloud.Limits
 	}{
-		{"m5.large", cloud.Limits{MaxInterfaces: 3, AddressesPerInterface: 10, IPv6AddressesPerInterface: 10}},
-		{"t3.medium", cloud.Limits{MaxInterfaces: 3, AddressesPerInterface: 6, IPv6AddressesPerInterface: 6}},
+		{"m5.large", cloud.Limits{MaxInterfaces: 3, AddressesPerInterface: 10, IPv6AddressesPerInterface: 10, PrefixDelegation: true}},
+		{"t3.medium", cloud.Limits{MaxInterfaces: 3, AddressesPerInterface: 6, IPv6AddressesPerInterface: 6, PrefixDelegation: true}},
 		// Multi-card: 64 interfaces in all, the default card (0) takes 2.
-		{"p5.48xlarge", cloud.Limits{MaxInterfaces: 2, AddressesPerInterface: 50, IPv6AddressesPerInterface: 50}},
+		{"p5.48xlarge", cloud.Limits{MaxInterfaces: 2, AddressesPerInterface: 50, IPv6AddressesPerInterface: 50, PrefixDelegation: true}},
+		// Xen: no prefix delegation.
+		{"m4.large", cloud.Limits{MaxInterfaces: 2, AddressesPerInterface: 10, IPv6AddressesPerInterface: 10}},
 	}
 	for _, tt := range tests {
 		got, ok := awseni.BuiltinLimits(tt.typ)

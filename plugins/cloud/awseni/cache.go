@@ -36,8 +36,9 @@ type eniEntry struct {
 	subnet     string
 	mac        string
 	primaryIP  netip.Addr
-	addrs      []netip.Addr // secondary IPv4, sorted
-	groups     []string     // sorted
+	addrs      []netip.Addr   // secondary IPv4, sorted
+	prefixes   []netip.Prefix // delegated IPv4 /28s and IPv6 /80s, sorted
+	groups     []string       // sorted
 	tags       map[string]string
 	attachment string
 	stamp      uint64 // sequence of the last local write
@@ -365,6 +366,17 @@ func eniFrom(ni types.NetworkInterface) *eniEntry {
 		}
 	}
 	sortAddrs(e.addrs)
+	for _, p := range ni.Ipv4Prefixes {
+		if pfx, err := netip.ParsePrefix(aws.ToString(p.Ipv4Prefix)); err == nil {
+			e.prefixes = append(e.prefixes, pfx)
+		}
+	}
+	for _, p := range ni.Ipv6Prefixes {
+		if pfx, err := netip.ParsePrefix(aws.ToString(p.Ipv6Prefix)); err == nil {
+			e.prefixes = append(e.prefixes, pfx)
+		}
+	}
+	sortPrefixes(e.prefixes)
 	for _, g := range ni.Groups {
 		e.groups = append(e.groups, aws.ToString(g.GroupId))
 	}

@@ -30,6 +30,8 @@ type EC2API interface {
 	ModifyNetworkInterfaceAttribute(ctx context.Context, in *ec2.ModifyNetworkInterfaceAttributeInput, optFns ...func(*ec2.Options)) (*ec2.ModifyNetworkInterfaceAttributeOutput, error)
 	AssignPrivateIpAddresses(ctx context.Context, in *ec2.AssignPrivateIpAddressesInput, optFns ...func(*ec2.Options)) (*ec2.AssignPrivateIpAddressesOutput, error)
 	UnassignPrivateIpAddresses(ctx context.Context, in *ec2.UnassignPrivateIpAddressesInput, optFns ...func(*ec2.Options)) (*ec2.UnassignPrivateIpAddressesOutput, error)
+	AssignIpv6Addresses(ctx context.Context, in *ec2.AssignIpv6AddressesInput, optFns ...func(*ec2.Options)) (*ec2.AssignIpv6AddressesOutput, error)
+	UnassignIpv6Addresses(ctx context.Context, in *ec2.UnassignIpv6AddressesInput, optFns ...func(*ec2.Options)) (*ec2.UnassignIpv6AddressesOutput, error)
 }
 
 var _ EC2API = (*ec2.Client)(nil)
@@ -110,6 +112,8 @@ func mapErr(err error) error {
 		return fmt.Errorf("%w: %w", cloud.ErrLimitReached, err)
 	case code == "InsufficientFreeAddressesInSubnet":
 		return fmt.Errorf("%w: %w", cloud.ErrSubnetFull, err)
+	case code == "InsufficientCidrBlocks":
+		return fmt.Errorf("%w: %w", cloud.ErrNoFreePrefix, err)
 	case code == "InvalidInstanceID.NotFound":
 		return fmt.Errorf("%w: %w", cloud.ErrNodeNotFound, err)
 	}

@@ -223,6 +223,11 @@ func (h *harness) verify() {
 			for _, a := range e.Secondary {
 				onNode[a] = true
 			}
+			for _, p := range e.Prefixes4 {
+				for a := p.Addr(); p.Contains(a); a = a.Next() {
+					onNode[a] = true
+				}
+			}
 		}
 		for _, a := range n.pods {
 			if prev, dup := owner[a]; dup {

@@ -34,7 +34,8 @@ func BuiltinLimits(instanceType string) (cloud.Limits, bool) {
 			}
 		}
 	}
-	return cloud.Limits{MaxInterfaces: enis, AddressesPerInterface: l.IPv4PerInterface, IPv6AddressesPerInterface: l.IPv4PerInterface}, true
+	return cloud.Limits{MaxInterfaces: enis, AddressesPerInterface: l.IPv4PerInterface, IPv6AddressesPerInterface: l.IPv4PerInterface,
+		PrefixDelegation: l.Hypervisor == nitro}, true
 }
 
 // BuiltinTypes is the number of instance types in the built-in table.
@@ -152,7 +153,8 @@ func (l *limits) store(its []types.InstanceTypeInfo) {
 		}
 		l.fromAPI[string(it.InstanceType)] = cloud.Limits{MaxInterfaces: enis,
 			AddressesPerInterface:     int(aws.ToInt32(ni.Ipv4AddressesPerInterface)),
-			IPv6AddressesPerInterface: int(aws.ToInt32(ni.Ipv6AddressesPerInterface))}
+			IPv6AddressesPerInterface: int(aws.ToInt32(ni.Ipv6AddressesPerInterface)),
+			PrefixDelegation:          it.Hypervisor == types.InstanceTypeHypervisorNitro}
 	}
 }
 
