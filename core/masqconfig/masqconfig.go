@@ -22,8 +22,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/netip"
-	"sort"
+	"slices"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -56,33 +57,13 @@ type file struct {
 
 // Parse reads the file's bytes. Errors name the field.
 func Parse(b []byte) (Config, error) {
-	// Decode key by key so that a type error names its key.
 	var doc map[string]yaml.Node
 	if err := yaml.NewDecoder(bytes.NewReader(b)).Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
 		return Config{}, fmt.Errorf("ip-masq-agent config: %w", err)
 	}
-	var f file
-	fields := map[string]any{
-		"nonMasqueradeCIDRs": &f.NonMasqueradeCIDRs,
-		"cidrLimit":          &f.CIDRLimit,
-		"masqLinkLocal":      &f.MasqLinkLocal,
-		"masqLinkLocalIPv6":  &f.MasqLinkLocalIPv6,
-		"resyncInterval":     &f.ResyncInterval,
-	}
-	keys := make([]string, 0, len(doc))
-	for k := range doc {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		dst, ok := fields[k]
-		if !ok {
-			return Config{}, fmt.Errorf("ip-masq-agent config: %s: unknown field (known: cidrLimit, masqLinkLocal, masqLinkLocalIPv6, nonMasqueradeCIDRs, resyncInterval)", k)
-		}
-		node := doc[k]
-		if err := node.Decode(dst); err != nil {
-			return Config{}, fmt.Errorf("ip-masq-agent config: %s: %w", k, err)
-		}
+	f, err := decodeFields(doc)
+	if err != nil {
+		return Config{}, err
 	}
 	c := Config{MasqLinkLocal: f.MasqLinkLocal, MasqLinkLocalIPv6: f.MasqLinkLocalIPv6, ResyncInterval: DefaultResync, CIDRLimit: DefaultCIDRLimit}
 	if n, ok := doc["nonMasqueradeCIDRs"]; ok && !(n.Kind == yaml.ScalarNode && n.Tag == "!!null") {
@@ -94,18 +75,8 @@ func Parse(b []byte) (Config, error) {
 		}
 		c.CIDRLimit = f.CIDRLimit
 	}
-	if len(f.NonMasqueradeCIDRs) > c.CIDRLimit {
-		return Config{}, fmt.Errorf("ip-masq-agent config: nonMasqueradeCIDRs: %d CIDRs is more than cidrLimit %d (link-local not counted)", len(f.NonMasqueradeCIDRs), c.CIDRLimit)
-	}
-	for i, s := range f.NonMasqueradeCIDRs {
-		p, err := netip.ParsePrefix(s)
-		if err != nil {
-			return Config{}, fmt.Errorf("ip-masq-agent config: nonMasqueradeCIDRs[%d]: %q is not a CIDR", i, s)
-		}
-		if p.Masked() != p {
-			return Config{}, fmt.Errorf("ip-masq-agent config: nonMasqueradeCIDRs[%d]: %s has host bits set (did you mean %s?)", i, s, p.Masked())
-		}
-		c.NonMasqueradeCIDRs = append(c.NonMasqueradeCIDRs, p)
+	if c.NonMasqueradeCIDRs, err = parseCIDRs(f.NonMasqueradeCIDRs, c.CIDRLimit); err != nil {
+		return Config{}, err
 	}
 	if f.ResyncInterval != "" {
 		d, err := time.ParseDuration(f.ResyncInterval)
@@ -115,4 +86,47 @@ func Parse(b []byte) (Config, error) {
 		c.ResyncInterval = d
 	}
 	return c, nil
+}
+
+// decodeFields decodes the document key by key, in key order, so that a type error names
+// its key.
+func decodeFields(doc map[string]yaml.Node) (file, error) {
+	var f file
+	fields := map[string]any{
+		"nonMasqueradeCIDRs": &f.NonMasqueradeCIDRs,
+		"cidrLimit":          &f.CIDRLimit,
+		"masqLinkLocal":      &f.MasqLinkLocal,
+		"masqLinkLocalIPv6":  &f.MasqLinkLocalIPv6,
+		"resyncInterval":     &f.ResyncInterval,
+	}
+	for _, k := range slices.Sorted(maps.Keys(doc)) {
+		dst, ok := fields[k]
+		if !ok {
+			return file{}, fmt.Errorf("ip-masq-agent config: %s: unknown field (known: cidrLimit, masqLinkLocal, masqLinkLocalIPv6, nonMasqueradeCIDRs, resyncInterval)", k)
+		}
+		node := doc[k]
+		if err := node.Decode(dst); err != nil {
+			return file{}, fmt.Errorf("ip-masq-agent config: %s: %w", k, err)
+		}
+	}
+	return f, nil
+}
+
+// parseCIDRs parses nonMasqueradeCIDRs: at most limit masked CIDRs.
+func parseCIDRs(cidrs []string, limit int) ([]netip.Prefix, error) {
+	if len(cidrs) > limit {
+		return nil, fmt.Errorf("ip-masq-agent config: nonMasqueradeCIDRs: %d CIDRs is more than cidrLimit %d (link-local not counted)", len(cidrs), limit)
+	}
+	var out []netip.Prefix
+	for i, s := range cidrs {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return nil, fmt.Errorf("ip-masq-agent config: nonMasqueradeCIDRs[%d]: %q is not a CIDR", i, s)
+		}
+		if p.Masked() != p {
+			return nil, fmt.Errorf("ip-masq-agent config: nonMasqueradeCIDRs[%d]: %s has host bits set (did you mean %s?)", i, s, p.Masked())
+		}
+		out = append(out, p)
+	}
+	return out, nil
 }
