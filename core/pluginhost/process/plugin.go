@@ -124,25 +124,7 @@ func (p *Plugin) start(ctx context.Context) (*proc, error) {
 	if err := p.checkDigest(); err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(p.cfg.Path, p.cfg.Args...)
-	cmd.Env = p.env()
-	cmd.SysProcAttr = sysProcAttr()
-	client := plugin.NewClient(&plugin.ClientConfig{
-		HandshakeConfig:  pluginrpc.Handshake,
-		Plugins:          pluginrpc.HostPlugins(),
-		Cmd:              cmd,
-		SkipHostEnv:      true, // env() already holds what the plugin should see
-		SecureConfig:     &plugin.SecureConfig{Checksum: p.sum, Hash: sha256.New()},
-		AutoMTLS:         true,
-		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
-		GRPCDialOptions:  pluginrpc.HostDialOptions(),
-		StartTimeout:     p.cfg.StartTimeout,
-		Logger:           newHclog(p.log, ""),
-		// After the handshake go-plugin streams the plugin's os.Stdout/os.Stderr here.
-		SyncStdout: &lineWriter{log: func(l string) { p.log.Info("plugin stdout", "line", l) }},
-		SyncStderr: &lineWriter{log: func(l string) { p.log.Warn("plugin stderr", "line", l) }},
-	})
-
+	client := p.newClient()
 	type result struct {
 		pr  *proc
 		err error
@@ -158,29 +140,57 @@ func (p *Plugin) start(ctx context.Context) (*proc, error) {
 			p.kill(client, 0)
 			return nil, r.err
 		}
-		// Meta check, bounded by the caller and the per-call timeout.
-		ictx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
-		defer cancel()
-		info, err := r.pr.remote.PluginInfo(ictx)
-		if err != nil {
-			p.kill(client, r.pr.pid)
-			return nil, fmt.Errorf("%w: plugin %q: asking for its kind and version: %w", ErrRefused, p.cfg.Name, err)
-		}
-		if info.Kind != p.cfg.Kind {
-			p.kill(client, r.pr.pid)
-			return nil, fmt.Errorf("%w: plugin %q: binary %s serves a %q plugin, configuration says %q", ErrRefused, p.cfg.Name, p.cfg.Path, info.Kind, p.cfg.Kind)
-		}
-		if err := version.Check(p.cfg.Name, string(p.cfg.Kind), p.cfg.Kind.ContractVersion(), info.ContractVersion); err != nil {
-			p.kill(client, r.pr.pid)
-			return nil, fmt.Errorf("%w: %w", ErrRefused, err)
-		}
-		r.pr.info = info
-		return r.pr, nil
+		return p.checkInfo(ctx, client, r.pr)
 	case <-ctx.Done():
 		client.Kill() // makes the handshake goroutine return
 		<-ch
 		return nil, fmt.Errorf("plugin %q: start: %w", p.cfg.Name, ctx.Err())
 	}
+}
+
+// newClient configures go-plugin to launch the binary (its digest checked again by
+// go-plugin) with the plugin's environment, over mutual TLS gRPC.
+func (p *Plugin) newClient() *plugin.Client {
+	cmd := exec.Command(p.cfg.Path, p.cfg.Args...)
+	cmd.Env = p.env()
+	cmd.SysProcAttr = sysProcAttr()
+	return plugin.NewClient(&plugin.ClientConfig{
+		HandshakeConfig:  pluginrpc.Handshake,
+		Plugins:          pluginrpc.HostPlugins(),
+		Cmd:              cmd,
+		SkipHostEnv:      true, // env() already holds what the plugin should see
+		SecureConfig:     &plugin.SecureConfig{Checksum: p.sum, Hash: sha256.New()},
+		AutoMTLS:         true,
+		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
+		GRPCDialOptions:  pluginrpc.HostDialOptions(),
+		StartTimeout:     p.cfg.StartTimeout,
+		Logger:           newHclog(p.log, ""),
+		// After the handshake go-plugin streams the plugin's os.Stdout/os.Stderr here.
+		SyncStdout: &lineWriter{log: func(l string) { p.log.Info("plugin stdout", "line", l) }},
+		SyncStderr: &lineWriter{log: func(l string) { p.log.Warn("plugin stderr", "line", l) }},
+	})
+}
+
+// checkInfo asks the started process for its kind and versions (bounded by the caller and
+// the per-call timeout) and kills it unless they are what the configuration says.
+func (p *Plugin) checkInfo(ctx context.Context, client *plugin.Client, pr *proc) (*proc, error) {
+	ictx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
+	defer cancel()
+	info, err := pr.remote.PluginInfo(ictx)
+	if err != nil {
+		p.kill(client, pr.pid)
+		return nil, fmt.Errorf("%w: plugin %q: asking for its kind and version: %w", ErrRefused, p.cfg.Name, err)
+	}
+	if info.Kind != p.cfg.Kind {
+		p.kill(client, pr.pid)
+		return nil, fmt.Errorf("%w: plugin %q: binary %s serves a %q plugin, configuration says %q", ErrRefused, p.cfg.Name, p.cfg.Path, info.Kind, p.cfg.Kind)
+	}
+	if err := version.Check(p.cfg.Name, string(p.cfg.Kind), p.cfg.Kind.ContractVersion(), info.ContractVersion); err != nil {
+		p.kill(client, pr.pid)
+		return nil, fmt.Errorf("%w: %w", ErrRefused, err)
+	}
+	pr.info = info
+	return pr, nil
 }
 
 // env is the plugin's environment: allotd's own (unless CleanEnv), then Config.Env, which
