@@ -88,29 +88,56 @@ func (d *Daemon) rebuildStore(ctx context.Context, cause error, opts store.Optio
 	d.log.Error("store file unusable: moved aside, rebuilding from what it still holds and from the API server",
 		"path", path, "moved_to", aside, "err", cause)
 
-	var recs []store.Record
-	rep, err := store.Salvage(ctx, aside, path, store.InspectOptions{})
-	if err != nil {
-		// Nothing could be read (the copy failed): the pods' addresses below are
-		// then all there is, which is still every address in use on this node.
-		d.log.Error("store rebuild: salvage failed; starting from the API server alone", "path", path, "moved_to", aside, "err", err)
-	} else {
-		recs = append(append(recs, rep.Records...), rep.Recovered...)
-		for _, l := range rep.Lost {
-			d.log.Error("store rebuild: could not read", "path", aside, "lost", l.String())
-		}
-	}
+	recs, rep := d.salvage(ctx, aside, path)
 	s, err := store.Open(ctx, path, opts)
 	if err != nil {
 		return nil, fmt.Errorf("open store: rebuilt store: %w", err)
 	}
+	added := podsToHold(recs, pods)
+	for _, p := range added {
+		if err := s.Put(ctx, p); err != nil {
+			_ = s.Close()
+			return nil, fmt.Errorf("open store: rebuilt store: holding the address of pod %s/%s: %w", p.Pod.Namespace, p.Pod.Name, err)
+		}
+	}
+	salvaged := 0
+	if rep != nil {
+		salvaged = len(rep.Records) + len(rep.Recovered)
+	}
+	d.log.Error("store rebuilt; allocations of this node's pods are held again",
+		"path", path, "moved_to", aside, "salvaged", salvaged, "held_from_pods", len(added), "lost", lossCount(rep))
+	return s, nil
+}
+
+// salvage copies what the file moved aside still holds to path and returns those records,
+// none when the copy failed, with Salvage's report (which may be nil).
+func (d *Daemon) salvage(ctx context.Context, aside, path string) ([]store.Record, *store.Report) {
+	rep, err := store.Salvage(ctx, aside, path, store.InspectOptions{})
+	if err != nil {
+		// Nothing could be read (the copy failed): the pods' addresses are then all
+		// there is, which is still every address in use on this node.
+		d.log.Error("store rebuild: salvage failed; starting from the API server alone", "path", path, "moved_to", aside, "err", err)
+		return nil, rep
+	}
+	var recs []store.Record
+	recs = append(append(recs, rep.Records...), rep.Recovered...)
+	for _, l := range rep.Lost {
+		d.log.Error("store rebuild: could not read", "path", aside, "lost", l.String())
+	}
+	return recs, rep
+}
+
+// podsToHold returns the allocations of pods to add to the salvaged records recs: each pod
+// with only its addresses that no record (nor an earlier pod) holds; pods left with none
+// are dropped.
+func podsToHold(recs, pods []store.Record) []store.Record {
 	held := map[netip.Addr]bool{}
 	for _, r := range recs {
 		for _, a := range r.Addresses {
 			held[a.Prefix.Addr()] = true
 		}
 	}
-	added := 0
+	var out []store.Record
 	for _, p := range pods {
 		var keep []store.Address
 		for _, a := range p.Addresses {
@@ -123,19 +150,9 @@ func (d *Daemon) rebuildStore(ctx context.Context, cause error, opts store.Optio
 			continue
 		}
 		p.Addresses = keep
-		if err := s.Put(ctx, p); err != nil {
-			_ = s.Close()
-			return nil, fmt.Errorf("open store: rebuilt store: holding the address of pod %s/%s: %w", p.Pod.Namespace, p.Pod.Name, err)
-		}
-		added++
+		out = append(out, p)
 	}
-	salvaged := 0
-	if rep != nil {
-		salvaged = len(rep.Records) + len(rep.Recovered)
-	}
-	d.log.Error("store rebuilt; allocations of this node's pods are held again",
-		"path", path, "moved_to", aside, "salvaged", salvaged, "held_from_pods", added, "lost", lossCount(rep))
-	return s, nil
+	return out
 }
 
 func lossCount(rep *store.Report) int {
