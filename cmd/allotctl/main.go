@@ -33,7 +33,7 @@ func newRoot(out io.Writer) *cobra.Command {
 	o := &options{}
 	root := &cobra.Command{
 		Use:           "allotctl",
-		Short:         "Inspect a running allotd",
+		Short:         "Inspect a running allotd and the cluster; import other IPAM systems' objects",
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
@@ -62,6 +62,7 @@ func newRoot(out io.Writer) *cobra.Command {
 			return ps, func(w *tabwriter.Writer) { printPlugins(w, ps) }, err
 		}),
 		o.clusterCommand(),
+		o.importCommand(),
 	)
 	root.SetOut(out)
 	return root
