@@ -72,7 +72,9 @@ func endpoints(res *mapping.Result, objs []*unstructured.Unstructured) (map[stri
 
 // holderFromEndpoint completes a claim's holder from the pod's SpiderEndpoint. The CNI
 // container ID is known to no Spiderpool object: the claim carries none, the pod's next
-// ADD (same pod UID) takes it over, and the operator's GC frees it once the pod is gone.
+// ADD (same pod UID) takes it over, the node's CNI GC skips it (no network, no
+// AllotEndpoint: core/sharedpool release.go), and the operator's GC frees it once the pod is
+// gone.
 func holderFromEndpoint(o mapping.Object, field string, addr netip.Addr, h *allotv1.AddressHolder, ep *endpoint) {
 	if ep == nil || ep.uid != h.PodUID {
 		o.Warn(field, "no SpiderEndpoint %s/%s of pod UID %s: the claim's node is left empty and its interface assumed eth0", h.Namespace, h.Pod, h.PodUID)
