@@ -65,8 +65,7 @@ func (a *Agent) eniClients() eninode.Clients {
 // syncENI is the node loop's pass in ENI mode.
 func (a *Agent) syncENI(ctx context.Context) error {
 	m := a.m.Load()
-	o := a.opts.ENI
-	pool := o.pool()
+	pool := a.opts.ENI.pool()
 	node := &v1alpha1.AllotNode{}
 	err := a.cache.Get(ctx, types.NamespacedName{Name: a.opts.NodeName}, node)
 	if apierrors.IsNotFound(err) {
@@ -75,38 +74,53 @@ func (a *Agent) syncENI(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("agent: read AllotNode %s: %w", a.opts.NodeName, err)
 	}
-
-	// spec.eni: the agent's configuration, merged so that a field someone edited by hand
-	// keeps its value (eninode.MergeSpec).
-	if _, changed, err := eninode.MergeSpec(node.DeepCopy(), &o.Spec); err != nil {
-		a.reportOnce("merge spec.eni", "spec.eni could not be merged with the agent's configuration", "err", err)
-	} else if changed {
-		err := eninode.UpdateSpec(ctx, a.eniClients(), a.opts.NodeName, func(n *v1alpha1.AllotNode) bool {
-			_, changed, err := eninode.MergeSpec(n, &o.Spec)
-			return err == nil && changed
-		})
-		a.metrics.writes.WithLabelValues("spec", resultOf(err)).Inc()
-		if err != nil {
-			return fmt.Errorf("agent: write spec.eni: %w", err)
-		}
+	if err := a.eniMergeSpec(ctx, node); err != nil {
+		return err
 	}
-
 	addrs, bad := eninode.Pool(node)
 	for _, b := range bad {
 		a.reportOnce("bad pool entry "+b, "spec.ipam.pool holds a key that is not an IP address; ignored", "entry", b)
 	}
-	addressing := a.eniAddressing(node)
+	prefixes := eniIPv6Prefixes(node)
 	states := eninode.States(node)
-	for _, fam := range families4and6(addrs) {
+	for _, fam := range eniFamilies(addrs, prefixes) {
 		if err := m.EnsurePool(pool, fam); err != nil {
 			return fmt.Errorf("agent: pool %q: %w", pool, err)
 		}
 	}
-	if len(addrs) == 0 {
-		_ = m.EnsurePool(pool, policy.IPv4) // so ADDs wait for addresses instead of failing
-	}
+	answers := a.eniHandshake(m, pool, addrs, states)
+	a.eniServe(m, pool, node, addrs, states, prefixes)
+	a.markNodeRead()
+	return a.eniWriteStatus(ctx, m, pool, node, answers)
+}
 
-	// Handshake: take every address the operator wants back out of the allocator first.
+// eniMergeSpec writes spec.eni: the agent's configuration, merged so that a field someone
+// edited by hand keeps its value (eninode.MergeSpec).
+func (a *Agent) eniMergeSpec(ctx context.Context, node *v1alpha1.AllotNode) error {
+	o := a.opts.ENI
+	_, changed, err := eninode.MergeSpec(node.DeepCopy(), &o.Spec)
+	if err != nil {
+		a.reportOnce("merge spec.eni", "spec.eni could not be merged with the agent's configuration", "err", err)
+		return nil
+	}
+	if !changed {
+		return nil
+	}
+	err = eninode.UpdateSpec(ctx, a.eniClients(), a.opts.NodeName, func(n *v1alpha1.AllotNode) bool {
+		_, changed, err := eninode.MergeSpec(n, &o.Spec)
+		return err == nil && changed
+	})
+	a.metrics.writes.WithLabelValues("spec", resultOf(err)).Inc()
+	if err != nil {
+		return fmt.Errorf("agent: write spec.eni: %w", err)
+	}
+	return nil
+}
+
+// eniHandshake takes every address the operator wants back out of the allocator first and
+// returns the agent's answers (a released entry is dropped only once its address has left
+// spec.ipam.pool).
+func (a *Agent) eniHandshake(m *ipam.Manager, pool string, addrs map[netip.Addr]string, states map[netip.Addr]eni.ReleaseState) []eni.Transition {
 	held := map[netip.Addr]bool{} // the removal was refused: a pod holds it
 	for _, ad := range sortedAddrKeys(states) {
 		if !eni.Reserved(states[ad]) {
@@ -124,35 +138,27 @@ func (a *Agent) syncENI(ctx context.Context) error {
 	for _, t := range answers {
 		if t.From == eni.StateReleased {
 			if _, still := addrs[t.Addr]; still {
-				continue // dropped once the address has left spec.ipam.pool
+				continue
 			}
 		}
 		kept = append(kept, t)
 	}
-	answers = kept
+	return kept
+}
 
-	// The pool: every address not in the handshake (do-not-release stays in service).
+// eniServe puts the pool's addresses not in the handshake (do-not-release stays in
+// service) and the node's IPv6 prefixes into the allocator, and takes out what left them.
+func (a *Agent) eniServe(m *ipam.Manager, pool string, node *v1alpha1.AllotNode, addrs map[netip.Addr]string, states map[netip.Addr]eni.ReleaseState, prefixes []netip.Prefix) {
+	addressing := a.eniAddressing(node)
 	for _, ad := range sortedAddrKeys(addrs) {
-		if eni.Reserved(states[ad]) {
-			continue
+		if !eni.Reserved(states[ad]) {
+			a.eniAdd(m, pool, ad, addrs[ad], addressing)
 		}
-		var err error
-		ad2, known := addressing[addrs[ad]]
-		switch {
-		case o.HostRoutes:
-			err = m.AddCIDR(pool, hostPrefix(ad))
-		case !known:
-			// The operator writes status.eni before the pool; an interface it does not list
-			// yet is served once it does, so no pod gets an address without its subnet.
-			a.reportOnce("unknown interface "+addrs[ad], "spec.ipam.pool names an interface status.eni does not list yet; its addresses wait", "interface", addrs[ad])
-			continue
-		case ad2.Bits > 0 && ad2.Bits <= ad.BitLen():
-			err = m.AddCIDRWith(pool, hostPrefix(ad), ad2)
-		default:
-			err = m.AddCIDR(pool, hostPrefix(ad))
-		}
-		if err != nil {
-			a.reportOnce("add "+ad.String(), "address of spec.ipam.pool refused", "addr", ad, "err", err)
+	}
+	for _, p := range prefixes {
+		// Pods get single addresses of the /80, as from the AWS VPC CNI's IPv6 prefix.
+		if err := m.AddCIDR(pool, p); err != nil {
+			a.reportOnce("add "+p.String(), "IPv6 prefix of status.eni refused", "prefix", p, "err", err)
 		}
 	}
 	// Addresses that left the pool without the handshake (the cloud lost them): out, unless
@@ -163,7 +169,7 @@ func (a *Agent) syncENI(ctx context.Context) error {
 		}
 		for _, c := range u.CIDRs {
 			ad := c.Prefix.Addr()
-			if _, ok := addrs[ad]; ok && !eni.Reserved(states[ad]) {
+			if _, ok := addrs[ad]; (ok && !eni.Reserved(states[ad])) || slices.Contains(prefixes, c.Prefix) {
 				continue
 			}
 			if err := m.RemoveCIDR(pool, c.Prefix); err != nil {
@@ -171,10 +177,32 @@ func (a *Agent) syncENI(ctx context.Context) error {
 			}
 		}
 	}
+}
 
-	a.markNodeRead()
+// eniAdd serves one address of the pool, presented as its interface's subnet says.
+func (a *Agent) eniAdd(m *ipam.Manager, pool string, ad netip.Addr, ifc string, addressing map[string]ipam.Addressing) {
+	var err error
+	ad2, known := addressing[ifc]
+	switch {
+	case a.opts.ENI.HostRoutes:
+		err = m.AddCIDR(pool, hostPrefix(ad))
+	case !known:
+		// The operator writes status.eni before the pool; an interface it does not list
+		// yet is served once it does, so no pod gets an address without its subnet.
+		a.reportOnce("unknown interface "+ifc, "spec.ipam.pool names an interface status.eni does not list yet; its addresses wait", "interface", ifc)
+		return
+	case ad2.Bits > 0 && ad2.Bits <= ad.BitLen():
+		err = m.AddCIDRWith(pool, hostPrefix(ad), ad2)
+	default:
+		err = m.AddCIDR(pool, hostPrefix(ad))
+	}
+	if err != nil {
+		a.reportOnce("add "+ad.String(), "address of spec.ipam.pool refused", "addr", ad, "err", err)
+	}
+}
 
-	// Status: handshake answers, used and pending, in one write.
+// eniWriteStatus writes the handshake answers, used and pending, in one write.
+func (a *Agent) eniWriteStatus(ctx context.Context, m *ipam.Manager, pool string, node *v1alpha1.AllotNode, answers []eni.Transition) error {
 	used, pending, err := a.eniUsage(ctx, m, pool)
 	if err != nil {
 		return err
@@ -212,6 +240,35 @@ func (a *Agent) syncENI(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// eniIPv6Prefixes are the IPv6 prefixes status.eni lists (IPv6 prefix delegation).
+func eniIPv6Prefixes(node *v1alpha1.AllotNode) []netip.Prefix {
+	if node.Status.ENI == nil {
+		return nil
+	}
+	var out []netip.Prefix
+	for _, ifc := range node.Status.ENI.Interfaces {
+		for _, s := range ifc.Prefixes {
+			if p, err := netip.ParsePrefix(s); err == nil && p.Addr().Is6() && p == p.Masked() {
+				out = append(out, p)
+			}
+		}
+	}
+	return out
+}
+
+// eniFamilies are the families the pool serves; IPv4 when it has nothing yet, so ADDs wait
+// for addresses instead of failing.
+func eniFamilies(addrs map[netip.Addr]string, prefixes []netip.Prefix) []policy.Family {
+	fams := families4and6(addrs)
+	if len(prefixes) > 0 && !slices.Contains(fams, policy.IPv6) {
+		fams = append(fams, policy.IPv6)
+	}
+	if len(fams) == 0 {
+		fams = []policy.Family{policy.IPv4}
+	}
+	return fams
 }
 
 // eniAddressing maps each interface of status.eni to how its addresses are presented: the

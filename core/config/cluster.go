@@ -145,6 +145,13 @@ type ClusterENI struct {
 	Description         string            `koanf:"description"`
 	Tags                map[string]string `koanf:"tags"`
 	DeleteOnTermination *bool             `koanf:"deleteOnTermination"`
+	// PrefixDelegation: each address slot of an ENI takes an IPv4 /28 prefix (16 addresses)
+	// instead of one address (Cilium's --aws-enable-prefix-delegation, the AWS VPC CNI's
+	// ENABLE_PREFIX_DELEGATION); nodes whose instance cannot carry prefixes (not Nitro) or
+	// whose subnet has no free /28 get secondary addresses. IPv6PrefixDelegation gives
+	// every node one IPv6 /80 from which its pods get IPv6 addresses.
+	PrefixDelegation     bool `koanf:"prefixDelegation"`
+	IPv6PrefixDelegation bool `koanf:"ipv6PrefixDelegation"`
 	// Release excess addresses (through the handshake with the agent), after ReleaseDelay.
 	Release         *bool         `koanf:"release"`
 	ReleaseDelay    time.Duration `koanf:"releaseDelay"`
@@ -229,6 +236,9 @@ func (c *Config) validateENI() []error {
 		}
 	}
 	errs.eniSelectors(e)
+	if e.PrefixDelegation && e.MaxAllocate%16 != 0 {
+		errs.add("maxAllocate", "%d is not a multiple of 16: with prefixDelegation a node holds whole /28 prefixes", e.MaxAllocate)
+	}
 	if e.Pool != "" && (len(e.Pool) > 253 || !dns1123Subdomain.MatchString(e.Pool)) {
 		errs.add("pool", "%q is not a valid pool name", e.Pool)
 	}

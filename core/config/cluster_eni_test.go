@@ -36,6 +36,7 @@ func TestClusterENIValidationNamesTheField(t *testing.T) {
 	for _, tc := range []struct{ name, body, want string }{
 		{"negative", "mode: operator\ncluster: {eni: {backend: aws-eni, preAllocate: -1}}\n", "cluster.eni.preAllocate: -1 must be between 0 and 4096"},
 		{"min above max", "mode: operator\ncluster: {eni: {backend: aws-eni, minAllocate: 9, maxAllocate: 4}}\n", "cluster.eni.minAllocate: 9 is above maxAllocate 4"},
+		{"prefix delegation max", "mode: operator\ncluster: {eni: {backend: aws-eni, prefixDelegation: true, maxAllocate: 20}}\n", "cluster.eni.maxAllocate: 20 is not a multiple of 16: with prefixDelegation"},
 		{"index", "mode: operator\ncluster: {eni: {backend: aws-eni, firstInterfaceIndex: 99}}\n", "cluster.eni.firstInterfaceIndex: 99 must be between 0 and 64"},
 		{"duration", "mode: operator\ncluster: {eni: {backend: aws-eni, releaseDelay: -1s}}\n", "cluster.eni.releaseDelay: -1s must be between 0 and 24h"},
 		{"subnet id", "mode: operator\ncluster: {eni: {backend: aws-eni, subnetIDs: ['']}}\n", "cluster.eni.subnetIDs[0]: empty"},

@@ -181,6 +181,7 @@ func ENIEngineConfig(e config.ClusterENI) eni.Config {
 	if e.DeleteOnTermination != nil {
 		c.DeleteOnTermination = *e.DeleteOnTermination
 	}
+	c.PrefixDelegation, c.IPv6PrefixDelegation = e.PrefixDelegation, e.IPv6PrefixDelegation
 	if e.Release != nil {
 		c.Release = *e.Release
 	}

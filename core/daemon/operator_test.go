@@ -120,8 +120,9 @@ func TestOperatorModeBadKubeconfig(t *testing.T) {
 func TestENIEngineConfigCarriesTheSettings(t *testing.T) {
 	pre := 4
 	c := ENIEngineConfig(config.ClusterENI{Backend: "aws-eni", PreAllocate: &pre, MaxAllocate: 30,
-		ExcludeInterfaceTags: map[string]string{"no-pods": "1"}, ClusterName: "blue"})
-	if c.Params.PreAllocate != 4 || c.Params.MaxAllocate != 30 || c.ExcludeInterfaceTags["no-pods"] != "1" || c.ClusterName != "blue" {
+		ExcludeInterfaceTags: map[string]string{"no-pods": "1"}, ClusterName: "blue", PrefixDelegation: true, IPv6PrefixDelegation: true})
+	if c.Params.PreAllocate != 4 || c.Params.MaxAllocate != 30 || c.ExcludeInterfaceTags["no-pods"] != "1" || c.ClusterName != "blue" ||
+		!c.PrefixDelegation || !c.IPv6PrefixDelegation {
 		t.Fatalf("engine config %+v", c)
 	}
 	if err := c.Validate(); err != nil {

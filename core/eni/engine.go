@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -162,7 +163,8 @@ func (e *Engine) UpsertNode(s NodeState) error {
 	if s.FirstInterfaceIndex != nil && *s.FirstInterfaceIndex < 0 {
 		return fmt.Errorf("eni: node %q: first-interface-index: %d is negative", s.Ref.Name, *s.FirstInterfaceIndex)
 	}
-	s.Used = append([]netip.Addr(nil), s.Used...)
+	// IPv6 addresses come from the node's /80 and count for no watermark.
+	s.Used = slices.DeleteFunc(slices.Clone(s.Used), netip.Addr.Is6)
 	e.mu.Lock()
 	n := e.nodes[s.Ref.Name]
 	if n == nil {

@@ -209,8 +209,7 @@ func (e *Engine) ensureIPv6Prefix(ctx context.Context, np *nodePass) {
 }
 
 // finish records the node's status and hands its pool to the Publisher: the eligible
-// interfaces, each with all its pod addresses (those of its IPv4 prefixes included, as
-// Cilium writes them into the node's pool) and its prefixes.
+// interfaces with their addresses and prefixes.
 func (e *Engine) finish(ctx context.Context, np *nodePass) {
 	n, inv, used := np.n, *np.inv, len(np.s.Used)
 	avail := Available(inv, np.sel)
@@ -229,9 +228,6 @@ func (e *Engine) finish(ctx context.Context, np *nodePass) {
 	sig := poolSignature(pool)
 	if !np.changed && sig == n.published {
 		return
-	}
-	for i := range pool.Interfaces {
-		pool.Interfaces[i].Addresses = PoolAddrs(pool.Interfaces[i])
 	}
 	if err := e.opts.Publisher.Publish(ctx, np.q.name, pool); err != nil {
 		e.fail(n, &np.r.PassResult, "publish", err)

@@ -210,7 +210,9 @@ func cloneStates(m map[string]allotv1.ReleaseState) map[string]allotv1.ReleaseSt
 func PoolOf(pool cloud.NodeInventory) map[string]allotv1.PoolAddress {
 	out := map[string]allotv1.PoolAddress{}
 	for _, ifc := range pool.Interfaces {
-		for _, a := range ifc.Addresses {
+		// The addresses of IPv4 prefixes are listed one by one, as Cilium does: the agent
+		// hands them out like secondary addresses.
+		for _, a := range eni.PoolAddrs(ifc) {
 			out[a.String()] = allotv1.PoolAddress{Resource: ifc.ID}
 		}
 	}
@@ -234,10 +236,13 @@ func ENIStatusOf(pool cloud.NodeInventory) *allotv1.ENIStatus {
 		for _, a := range ifc.Addresses {
 			e.Addresses = append(e.Addresses, a.String())
 		}
+		for _, p := range ifc.Prefixes {
+			e.Prefixes = append(e.Prefixes, p.String())
+		}
 		e.SecurityGroups = slices.Clone(ifc.SecurityGroups)
 		sort.Strings(e.SecurityGroups)
 		st.Interfaces = append(st.Interfaces, e)
-		st.Available += int32(len(ifc.Addresses))
+		st.Available += int32(len(eni.PoolAddrs(ifc)))
 	}
 	sort.SliceStable(st.Interfaces, func(i, j int) bool { return st.Interfaces[i].Index < st.Interfaces[j].Index })
 	st.InterfaceCount = int32(len(st.Interfaces))

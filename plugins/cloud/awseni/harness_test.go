@@ -57,7 +57,7 @@ func (p *pools) addrs(node string) []netip.Addr {
 	defer p.mu.Unlock()
 	var out []netip.Addr
 	for _, ifc := range p.m[node].Interfaces {
-		out = append(out, ifc.Addresses...)
+		out = append(out, eni.PoolAddrs(ifc)...) // as spec.ipam.pool lists them
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Less(out[j]) })
 	return out
@@ -91,6 +91,7 @@ type harness struct {
 type setup struct {
 	fake    ec2fake.Options
 	subnets []netip.Prefix // all in us-east-1a; nodes' eth0 in the first
+	ipv6    netip.Prefix   // the first subnet's IPv6 block, if any
 	types   []string       // instance types, cycled over the nodes
 	nodes   int
 	ecfg    func(*eni.Config)
@@ -103,7 +104,11 @@ func newHarness(t testing.TB, s setup) *harness {
 	h.fake = ec2fake.New(s.fake)
 	h.vpc = h.fake.AddVPC(ec2fake.VPC{CIDR: netip.MustParsePrefix("10.0.0.0/8")})
 	for i, p := range s.subnets {
-		id, err := h.fake.AddSubnet(ec2fake.Subnet{VPC: h.vpc, AZ: "us-east-1a", CIDR: p, Tags: map[string]string{"index": fmt.Sprint(i)}})
+		sn := ec2fake.Subnet{VPC: h.vpc, AZ: "us-east-1a", CIDR: p, Tags: map[string]string{"index": fmt.Sprint(i)}}
+		if i == 0 {
+			sn.IPv6CIDR = s.ipv6
+		}
+		id, err := h.fake.AddSubnet(sn)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -113,3 +113,41 @@ func TestPrefixDelegationFallsBack(t *testing.T) {
 		})
 	}
 }
+
+// With IPv6 prefix delegation every node gets one /80 on its first eligible interface, kept
+// in its published pool, and never a second one.
+func TestIPv6PrefixPerNode(t *testing.T) {
+	h := newHarness(t, setup{
+		subnets: []netip.Prefix{netip.MustParsePrefix("10.1.0.0/20")},
+		ipv6:    netip.MustParsePrefix("2600:1f18:1:2::/64"),
+		types:   []string{"m5.large"},
+		nodes:   2,
+		ecfg:    func(c *eni.Config) { c.PrefixDelegation, c.IPv6PrefixDelegation = true, true },
+	})
+	for _, n := range h.nodes {
+		n.want = 3
+	}
+	h.converge(10, time.Second, false)
+	h.rounds(3, time.Second)
+	seen := map[netip.Prefix]bool{}
+	for _, n := range h.nodes {
+		id, _ := awseni.InstanceID(n.ref)
+		var v6 []netip.Prefix
+		for _, e := range h.fake.InstanceENIs(id) {
+			v6 = append(v6, e.Prefixes6...)
+		}
+		if len(v6) != 1 || seen[v6[0]] {
+			t.Fatalf("%s: IPv6 prefixes %v on EC2, want one of its own", n.ref.Name, v6)
+		}
+		seen[v6[0]] = true
+		h.pools.mu.Lock()
+		published := h.pools.m[n.ref.Name]
+		h.pools.mu.Unlock()
+		if !eni.HasIPv6Prefix(published.Interfaces) {
+			t.Fatalf("%s: the /80 is not in the published pool %+v", n.ref.Name, published)
+		}
+	}
+	if calls := h.fake.Stats()["AssignIpv6Addresses"].Calls; calls != len(h.nodes) {
+		t.Fatalf("%d AssignIpv6Addresses calls for %d nodes", calls, len(h.nodes))
+	}
+}

@@ -290,6 +290,14 @@ type ENIInterface struct {
 	// +kubebuilder:validation:MaxItems=256
 	// +kubebuilder:validation:items:MaxLength=45
 	Addresses []string `json:"addresses,omitempty"`
+	// Prefixes are the prefixes delegated to the interface (prefix delegation: IPv4 /28s,
+	// whose addresses spec.ipam.pool lists one by one, and the node's IPv6 /80, from which
+	// pods get IPv6 addresses).
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=43
+	Prefixes []string `json:"prefixes,omitempty"`
 	// SecurityGroups attached to the interface.
 	// +optional
 	// +listType=set
