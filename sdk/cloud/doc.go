@@ -39,7 +39,8 @@
 // Backends wrap the sentinel errors below (errors.Is works across the process boundary:
 // the go-plugin transport carries the sentinel's identity) so the operator can tell "retry
 // later" (ErrThrottled) from "this node is full" (ErrLimitReached, ErrSubnetFull) from "this
-// backend cannot do that" (ErrUnsupported).
+// backend cannot do that" (ErrUnsupported); ErrNoFreePrefix (contract 1.2) says the subnet
+// has no free block for a delegated prefix, and the operator falls back to addresses.
 //
 // Every answer from a backend is validated by the host (addresses parse, families match,
 // counts are not exceeded) before the operator uses it.
