@@ -216,23 +216,7 @@ func (op *operator) reconcileENINode(ctx context.Context, req reconcile.Request)
 	}
 	nodeGone := apierrors.IsNotFound(nodeErr) || node.DeletionTimestamp != nil
 	if nodeGone && ownedByNode(&an) {
-		// The Node is gone (its informer says so; confirm with the API server before
-		// deleting: a new Node of the same name may just not be cached yet).
-		var live corev1.Node
-		err := op.reader.Get(ctx, req.NamespacedName, &live)
-		switch {
-		case err == nil && live.DeletionTimestamp == nil:
-			return reconcile.Result{RequeueAfter: time.Second}, nil
-		case err != nil && !apierrors.IsNotFound(err):
-			return reconcile.Result{}, err
-		}
-		uid := an.UID
-		if err := op.client.Delete(ctx, &an, &client.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}}); err != nil && !apierrors.IsNotFound(err) {
-			return reconcile.Result{}, fmt.Errorf("delete AllotNode %s of deleted Node: %w", name, err)
-		}
-		op.forgetENINode(name)
-		op.log.Info("Node deleted; AllotNode deleted (its ENIs stay with the instance)", "node", name)
-		return reconcile.Result{}, nil
+		return op.deleteENINode(ctx, &an)
 	}
 	nc, err := op.opts.ENI.nodeConfig(&node)
 	if err != nil {
@@ -242,33 +226,65 @@ func (op *operator) reconcileENINode(ctx context.Context, req reconcile.Request)
 		op.forgetENINode(name)
 		return reconcile.Result{}, nil
 	}
-	s := eniNodeState(&an, &node, op.opts.ENI.Config.Params, nc)
-	hs := answers(&an)
-	m := op.eni
+	op.upsertENINode(&an, eniNodeState(&an, &node, op.opts.ENI.Config.Params, nc))
+	return reconcile.Result{}, nil
+}
+
+// deleteENINode deletes the AllotNode of a Node that is gone (its informer says so; the API
+// server confirms before: a new Node of the same name may just not be cached yet).
+func (op *operator) deleteENINode(ctx context.Context, an *allotv1.AllotNode) (reconcile.Result, error) {
+	var live corev1.Node
+	err := op.reader.Get(ctx, client.ObjectKey{Name: an.Name}, &live)
+	switch {
+	case err == nil && live.DeletionTimestamp == nil:
+		return reconcile.Result{RequeueAfter: time.Second}, nil
+	case err != nil && !apierrors.IsNotFound(err):
+		return reconcile.Result{}, err
+	}
+	uid := an.UID
+	if err := op.client.Delete(ctx, an, &client.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}}); err != nil && !apierrors.IsNotFound(err) {
+		return reconcile.Result{}, fmt.Errorf("delete AllotNode %s of deleted Node: %w", an.Name, err)
+	}
+	op.forgetENINode(an.Name)
+	op.log.Info("Node deleted; AllotNode deleted (its ENIs stay with the instance)", "node", an.Name)
+	return reconcile.Result{}, nil
+}
+
+// upsertENINode hands the node's state to the engine when it changed, and wakes the engine
+// when only the agent's handshake answers did.
+func (op *operator) upsertENINode(an *allotv1.AllotNode, s eni.NodeState) {
+	name, hs, m := an.Name, answers(an), op.eni
 	m.mu.Lock()
 	prev, known := m.last[name]
-	same := known && reflect.DeepEqual(prev, s)
-	if !same {
+	upsert, trigger := eniNodeChange(prev, known, s, m.lastHS[name], hs)
+	if upsert {
 		m.last[name] = s
 	}
-	answered := m.lastHS[name] != hs
 	m.lastHS[name] = hs
 	m.mu.Unlock()
-	if same {
-		if answered && hs != "" {
-			m.engine.Trigger() // the agent answered the handshake: carry on now
-		}
-		return reconcile.Result{}, nil
+	if trigger {
+		m.engine.Trigger() // the agent answered the handshake: carry on now
+	}
+	if !upsert {
+		return
 	}
 	if err := m.engine.UpsertNode(s); err != nil {
 		// Bad overrides in spec.eni (the CRD bounds them; min above max is what is left).
-		op.event(&an, corev1.EventTypeWarning, "InvalidENISpec", "Allocate", "%v", err)
+		op.event(an, corev1.EventTypeWarning, "InvalidENISpec", "Allocate", "%v", err)
 		m.mu.Lock()
 		delete(m.last, name)
 		m.mu.Unlock()
-		return reconcile.Result{}, nil
 	}
-	return reconcile.Result{}, nil
+}
+
+// eniNodeChange decides what a node's reconcile does: upsert its state into the engine when
+// it differs from the last one handed over (or none was), else trigger a pass when the
+// agent's handshake answers changed and are not empty.
+func eniNodeChange(prev eni.NodeState, known bool, s eni.NodeState, prevHS, hs string) (upsert, trigger bool) {
+	if !known || !reflect.DeepEqual(prev, s) {
+		return true, false
+	}
+	return false, prevHS != hs && hs != ""
 }
 
 // answers fingerprints the agent's side of the node's handshake (entries it answered or

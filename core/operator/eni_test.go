@@ -114,3 +114,29 @@ func TestENINodeConfigFromLabel(t *testing.T) {
 		t.Fatalf("by zone: %+v", s)
 	}
 }
+
+func TestENINodeChange(t *testing.T) {
+	a := eni.NodeState{Ref: cloud.NodeRef{Name: "n1"}, Pending: 1}
+	b := eni.NodeState{Ref: cloud.NodeRef{Name: "n1"}, Pending: 2}
+	tests := []struct {
+		name            string
+		prev            eni.NodeState
+		known           bool
+		s               eni.NodeState
+		prevHS, hs      string
+		upsert, trigger bool
+	}{
+		{"first sight", eni.NodeState{}, false, a, "", "", true, false},
+		{"changed", a, true, b, "", "", true, false},
+		{"same, no answers", a, true, a, "", "", false, false},
+		{"same, new answer", a, true, a, "", "10.0.0.5=ready", false, true},
+		{"same, same answer", a, true, a, "x", "x", false, false},
+		{"same, answers gone", a, true, a, "x", "", false, false},
+	}
+	for _, tt := range tests {
+		up, tr := eniNodeChange(tt.prev, tt.known, tt.s, tt.prevHS, tt.hs)
+		if up != tt.upsert || tr != tt.trigger {
+			t.Errorf("%s: upsert %v trigger %v, want %v %v", tt.name, up, tr, tt.upsert, tt.trigger)
+		}
+	}
+}
