@@ -19,6 +19,7 @@ import (
 	"github.com/allot-ipam/allot/core/ipam"
 	allotv1 "github.com/allot-ipam/allot/core/k8s/apis/allot/v1alpha1"
 	"github.com/allot-ipam/allot/core/store"
+	"github.com/allot-ipam/allot/internal/testenv"
 	ciliumannotations "github.com/allot-ipam/allot/plugins/policy/ciliumannotations"
 	"github.com/allot-ipam/allot/sdk/policy"
 	"github.com/allot-ipam/allot/test/k8senv"
@@ -230,19 +231,7 @@ func (r *agentRig) shutdown() {
 
 func eventually(t *testing.T, what string, timeout time.Duration, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var last string
-	for {
-		ok, s := cond()
-		if ok {
-			return
-		}
-		last = s
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s; last: %s", timeout, what, last)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testenv.Eventually(t, timeout, what, cond)
 }
 
 func mkPod(t *testing.T, c client.Client, ns, name, node string, annotations map[string]string) *corev1.Pod {
@@ -509,7 +498,8 @@ func TestAgentSurvivesAPIServerRestart(t *testing.T) {
 		}
 		t.Logf("ADD with the API server down: %s", a.IPs[0].Address)
 	}
-	time.Sleep(500 * time.Millisecond) // the agent's writes fail and back off meanwhile
+	// sleep: real time with the API server down: the agent's writes fail and back off meanwhile
+	time.Sleep(500 * time.Millisecond)
 	if err := env.StartAPIServer(ctx); err != nil {
 		t.Fatal(err)
 	}

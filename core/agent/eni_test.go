@@ -164,7 +164,7 @@ func TestENIHandshakeOnAPIServer(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(300 * time.Millisecond)
+	time.Sleep(300 * time.Millisecond) // sleep: checks the agent does NOT drop the entry meanwhile
 	if n, _ := getNode(c, name); n.Status.IPAM.ReleaseIPs[free] != "released" {
 		t.Fatalf("the agent dropped the released entry while the pool still lists it: %v", n.Status.IPAM.ReleaseIPs)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -27,99 +28,106 @@ func (c *calls) n() int {
 	return len(c.times)
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
+// The loop's tests run under testing/synctest: its debounce, backoff and wake timers run on
+// the bubble's simulated clock, so the gaps are exact and a second of waiting is instant.
+// sleep (in the bubble) advances that clock; synctest.Wait lets the loop settle first.
 
 func TestLoopDebouncesBursts(t *testing.T) {
-	l := newLoop(50*time.Millisecond, time.Hour)
-	var c calls
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go l.run(ctx, func(context.Context) (time.Time, error) { c.add(); return time.Time{}, nil })
-	waitFor(t, "the first call", func() bool { return c.n() == 1 })
-	// A burst of 1000 triggers within the debounce window: one or two calls, not 1000.
-	for range 1000 {
-		l.Trigger()
-	}
-	waitFor(t, "the burst's call", func() bool { return c.n() >= 2 })
-	time.Sleep(200 * time.Millisecond)
-	if n := c.n(); n > 3 {
-		t.Fatalf("%d calls for one burst", n)
-	}
-	// Nothing more without a trigger.
-	before := c.n()
-	time.Sleep(150 * time.Millisecond)
-	if c.n() != before {
-		t.Fatal("called without a trigger")
-	}
+	synctest.Test(t, func(t *testing.T) {
+		l := newLoop(50*time.Millisecond, time.Hour)
+		var c calls
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go l.run(ctx, func(context.Context) (time.Time, error) { c.add(); return time.Time{}, nil })
+		sleep(60 * time.Millisecond)
+		if n := c.n(); n != 1 {
+			t.Fatalf("%d calls after the first debounce, want 1", n)
+		}
+		// A burst of 1000 triggers within the debounce window: one call, not 1000.
+		for range 1000 {
+			l.Trigger()
+		}
+		sleep(60 * time.Millisecond)
+		if n := c.n(); n != 2 {
+			t.Fatalf("%d calls after one burst, want 2", n)
+		}
+		// Nothing more without a trigger.
+		sleep(time.Minute)
+		if n := c.n(); n != 2 {
+			t.Fatalf("called without a trigger: %d calls", n)
+		}
+	})
 }
 
 func TestLoopRetriesWithBackoff(t *testing.T) {
-	l := newLoop(0, time.Hour)
-	l.minBackoff, l.maxBackoff = 5*time.Millisecond, 40*time.Millisecond
-	var c calls
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go l.run(ctx, func(context.Context) (time.Time, error) {
-		if c.add() < 6 {
-			return time.Time{}, errors.New("api server down")
+	synctest.Test(t, func(t *testing.T) {
+		l := newLoop(0, time.Hour)
+		l.minBackoff, l.maxBackoff = 5*time.Millisecond, 40*time.Millisecond
+		var c calls
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go l.run(ctx, func(context.Context) (time.Time, error) {
+			if c.add() < 6 {
+				return time.Time{}, errors.New("api server down")
+			}
+			return time.Time{}, nil
+		})
+		sleep(time.Minute)
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if len(c.times) != 6 {
+			t.Fatalf("called %d times, want 6 (5 failures, then success and no more)", len(c.times))
 		}
-		return time.Time{}, nil
+		// Backoff doubles up to its bound: 5, 10, 20, 40, 40 ms.
+		for i, want := range []time.Duration{5, 10, 20, 40, 40} {
+			if gap := c.times[i+1].Sub(c.times[i]); gap != want*time.Millisecond {
+				t.Fatalf("gap %d = %v, want %v", i, gap, want*time.Millisecond)
+			}
+		}
 	})
-	waitFor(t, "recovery", func() bool { return c.n() >= 6 })
-	c.mu.Lock()
-	gaps := make([]time.Duration, 0, 5)
-	for i := 1; i < len(c.times); i++ {
-		gaps = append(gaps, c.times[i].Sub(c.times[i-1]))
-	}
-	c.mu.Unlock()
-	// Backoff doubles: 5, 10, 20, 40, 40 ms (at least; timers may fire late).
-	for i, min := range []time.Duration{5, 10, 20, 40, 40} {
-		if gaps[i] < min*time.Millisecond {
-			t.Fatalf("gap %d = %v, want >= %v (gaps %v)", i, gaps[i], min*time.Millisecond, gaps)
-		}
-	}
-	time.Sleep(100 * time.Millisecond)
-	if n := c.n(); n != 6 {
-		t.Fatalf("called %d times after success, want 6", n)
-	}
 }
 
 func TestLoopCallsAgainAtRequestedTime(t *testing.T) {
-	l := newLoop(0, time.Hour)
-	var c calls
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	start := time.Now()
-	go l.run(ctx, func(context.Context) (time.Time, error) {
-		if c.add() == 1 {
-			return start.Add(60 * time.Millisecond), nil
+	synctest.Test(t, func(t *testing.T) {
+		l := newLoop(0, time.Hour)
+		var c calls
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		start := time.Now()
+		go l.run(ctx, func(context.Context) (time.Time, error) {
+			if c.add() == 1 {
+				return start.Add(60 * time.Millisecond), nil
+			}
+			return time.Time{}, nil
+		})
+		sleep(time.Minute)
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if len(c.times) != 2 || c.times[1].Sub(start) != 60*time.Millisecond {
+			t.Fatalf("called at %v, want at start and 60ms later", c.times)
 		}
-		return time.Time{}, nil
 	})
-	waitFor(t, "the second call", func() bool { return c.n() == 2 })
-	if d := time.Since(start); d < 60*time.Millisecond {
-		t.Fatalf("called again after %v, want >= 60ms", d)
-	}
 }
 
 func TestLoopStopsWithContext(t *testing.T) {
-	l := newLoop(time.Millisecond, time.Hour)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { l.run(ctx, func(context.Context) (time.Time, error) { return time.Time{}, nil }); close(done) }()
-	cancel()
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		t.Fatal("loop did not stop")
-	}
+	synctest.Test(t, func(t *testing.T) {
+		l := newLoop(time.Millisecond, time.Hour)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { l.run(ctx, func(context.Context) (time.Time, error) { return time.Time{}, nil }); close(done) }()
+		cancel()
+		synctest.Wait()
+		select {
+		case <-done:
+		default:
+			t.Fatal("loop did not stop")
+		}
+	})
+}
+
+// sleep advances a synctest bubble's clock by d once every goroutine in it has settled.
+func sleep(d time.Duration) {
+	synctest.Wait()
+	time.Sleep(d) // sleep: in a synctest bubble: simulated time, instant
+	synctest.Wait()
 }

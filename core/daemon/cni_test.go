@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/netip"
 	"slices"
@@ -13,6 +14,7 @@ import (
 	"github.com/allot-ipam/allot/core/allocator"
 	"github.com/allot-ipam/allot/core/config"
 	"github.com/allot-ipam/allot/core/ipam"
+	"github.com/allot-ipam/allot/internal/testenv"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -122,19 +124,11 @@ func TestDSFollower(t *testing.T) {
 	defer cancel()
 	go f.follow(ctx, owners, mc, "kube-system", "allot-agent-abcde", slog.New(slog.DiscardHandler))
 
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testenv.Eventually(t, 10*time.Second, "the follower to list the DaemonSet", func() (bool, string) {
 		f.mu.Lock()
-		ready := f.synced && f.seen
-		f.mu.Unlock()
-		if ready {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the follower never listed the DaemonSet")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		defer f.mu.Unlock()
+		return f.synced && f.seen, fmt.Sprintf("synced %v, seen %v", f.synced, f.seen)
+	})
 	if gone, why, _ := f.verdict(); gone {
 		t.Fatalf("verdict gone while the DaemonSet exists: %s", why)
 	}
@@ -147,7 +141,7 @@ func TestDSFollower(t *testing.T) {
 	d.cfg.CNI.Uninstall = config.UninstallAuto
 	d.cfg.CNI.PodName, d.cfg.CNI.PodNamespace = "allot-agent-abcde", "kube-system"
 	go func() {
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(200 * time.Millisecond) // sleep: the delete comes while decideUninstall waits
 		_ = mc.Resource(daemonSetsResource).Namespace("kube-system").Delete(context.Background(), "allot-agent", metav1.DeleteOptions{})
 	}()
 	uninstall, why := d.decideUninstall(context.Background())

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/allot-ipam/allot/core/config"
 	"github.com/allot-ipam/allot/internal/metricslint"
+	"github.com/allot-ipam/allot/internal/testenv"
 	"github.com/allot-ipam/allot/test/k8senv"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -69,17 +71,10 @@ func TestOperatorMode(t *testing.T) {
 	if code, body := get(t, base+"/healthz"); code != 200 || body != "ok\n" {
 		t.Fatalf("/healthz: %d %q", code, body)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testenv.Eventually(t, 30*time.Second, "/readyz to say leader", func() (bool, string) {
 		code, body := get(t, base+"/readyz")
-		if code == 200 && strings.Contains(body, "leader") && !strings.Contains(body, "standby") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("/readyz never said leader: %d %q", code, body)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return code == 200 && strings.Contains(body, "leader") && !strings.Contains(body, "standby"), fmt.Sprintf("%d %q", code, body)
+	})
 	if code, body := get(t, base+"/metrics"); code != 200 || !strings.Contains(body, "go_goroutines") || !strings.Contains(body, "allot_operator") {
 		t.Fatalf("/metrics: %d, operator metrics present: %v", code, strings.Contains(body, "allot_operator"))
 	}

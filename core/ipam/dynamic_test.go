@@ -11,10 +11,12 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/allot-ipam/allot/core/api"
 	"github.com/allot-ipam/allot/core/store"
+	"github.com/allot-ipam/allot/internal/testenv"
 	ciliumannotations "github.com/allot-ipam/allot/plugins/policy/ciliumannotations"
 	"github.com/allot-ipam/allot/sdk/policy"
 )
@@ -149,51 +151,52 @@ func TestDynamicOverlapRefused(t *testing.T) {
 	}
 }
 
+// Under testing/synctest: the ADD's wait runs on the bubble's clock, and synctest.Wait
+// returns once it is parked waiting for a block.
 func TestDynamicWaitsForBlock(t *testing.T) {
-	r := newDynRig(t, 10*time.Second)
-	mustNoErr(t, r.m.EnsurePool("blue", policy.IPv4))
-	r.annot["p1"] = "blue"
-	type result struct {
-		a   *api.Allocation
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		a, err := r.m.Allocate(context.Background(), podAdd("c1", "p1"))
-		done <- result{a, err}
-	}()
-	// It waits, counted as pending on blue/ipv4.
-	deadline := time.Now().Add(5 * time.Second)
-	for usageOf(r.m, "blue", policy.IPv4).Pending != 1 {
-		if time.Now().After(deadline) {
-			t.Fatal("request never became pending")
+	synctest.Test(t, func(t *testing.T) {
+		r := newDynRig(t, 10*time.Second)
+		mustNoErr(t, r.m.EnsurePool("blue", policy.IPv4))
+		r.annot["p1"] = "blue"
+		type result struct {
+			a   *api.Allocation
+			err error
 		}
-		time.Sleep(time.Millisecond)
-	}
-	select {
-	case res := <-done:
-		t.Fatalf("returned before a block arrived: %+v %v", res.a, res.err)
-	default:
-	}
-	// The wait shows in the metrics the "requests pending" alert reads.
-	if n := testutil.ToFloat64(r.metrics.waiting.WithLabelValues("blue", "ipv4")); n != 1 {
-		t.Fatalf("allot_ipam_requests_waiting{blue,ipv4} = %v while one ADD waits", n)
-	}
-	if ts := testutil.ToFloat64(r.metrics.oldestWait); ts <= 0 || ts > float64(time.Now().Unix()+1) {
-		t.Fatalf("oldest wait timestamp %v", ts)
-	}
-	mustNoErr(t, r.m.AddCIDR("blue", pfx("10.9.0.0/30")))
-	res := <-done
-	mustNoErr(t, res.err)
-	if n, ts := testutil.ToFloat64(r.metrics.waiting.WithLabelValues("blue", "ipv4")), testutil.ToFloat64(r.metrics.oldestWait); n != 0 || ts != 0 {
-		t.Fatalf("after the wait: waiting %v, oldest %v; want 0 and 0", n, ts)
-	}
-	if res.a.IPs[0].Address != "10.9.0.1/30" || res.a.IPs[0].Pool != "blue" {
-		t.Fatalf("got %+v", res.a.IPs)
-	}
-	if u := usageOf(r.m, "blue", policy.IPv4); u.Pending != 0 || u.Used != 1 {
-		t.Fatalf("usage after: %+v", u)
-	}
+		done := make(chan result, 1)
+		go func() {
+			a, err := r.m.Allocate(context.Background(), podAdd("c1", "p1"))
+			done <- result{a, err}
+		}()
+		// It waits, counted as pending on blue/ipv4.
+		synctest.Wait()
+		if n := usageOf(r.m, "blue", policy.IPv4).Pending; n != 1 {
+			t.Fatalf("%d requests pending, want 1", n)
+		}
+		select {
+		case res := <-done:
+			t.Fatalf("returned before a block arrived: %+v %v", res.a, res.err)
+		default:
+		}
+		// The wait shows in the metrics the "requests pending" alert reads.
+		if n := testutil.ToFloat64(r.metrics.waiting.WithLabelValues("blue", "ipv4")); n != 1 {
+			t.Fatalf("allot_ipam_requests_waiting{blue,ipv4} = %v while one ADD waits", n)
+		}
+		if ts := testutil.ToFloat64(r.metrics.oldestWait); ts <= 0 || ts > float64(time.Now().Unix()+1) {
+			t.Fatalf("oldest wait timestamp %v", ts)
+		}
+		mustNoErr(t, r.m.AddCIDR("blue", pfx("10.9.0.0/30")))
+		res := <-done
+		mustNoErr(t, res.err)
+		if n, ts := testutil.ToFloat64(r.metrics.waiting.WithLabelValues("blue", "ipv4")), testutil.ToFloat64(r.metrics.oldestWait); n != 0 || ts != 0 {
+			t.Fatalf("after the wait: waiting %v, oldest %v; want 0 and 0", n, ts)
+		}
+		if res.a.IPs[0].Address != "10.9.0.1/30" || res.a.IPs[0].Pool != "blue" {
+			t.Fatalf("got %+v", res.a.IPs)
+		}
+		if u := usageOf(r.m, "blue", policy.IPv4); u.Pending != 0 || u.Used != 1 {
+			t.Fatalf("usage after: %+v", u)
+		}
+	})
 }
 
 // TestDynamicWaitsUntilReady: after a restart, before the agent has read its node's blocks
@@ -247,9 +250,7 @@ func TestDynamicWaitsForRelease(t *testing.T) {
 		_, err := r.m.Allocate(context.Background(), podAdd("c9", "p9"))
 		done <- err
 	}()
-	for usageOf(r.m, "default", policy.IPv4).Pending != 1 {
-		time.Sleep(time.Millisecond)
-	}
+	testenv.Eventually(t, 5*time.Second, "the ADD to wait", pending(r.m, "default", 1))
 	mustNoErr(t, r.m.Release(context.Background(), &api.ReleaseRequest{Owner: api.Owner{ContainerID: "c0", IfName: "eth0"}}))
 	mustNoErr(t, <-done)
 }
@@ -329,7 +330,7 @@ func TestDynamicRemoveRacesAllocate(t *testing.T) {
 				}
 				held[addr] = id
 				mu.Unlock()
-				time.Sleep(time.Millisecond)
+				time.Sleep(time.Millisecond) // sleep: holds the address while blocks are removed
 				mu.Lock()
 				delete(held, addr)
 				mu.Unlock()
@@ -350,7 +351,7 @@ func TestDynamicRemoveRacesAllocate(t *testing.T) {
 				}
 			}
 			mu.Unlock()
-			time.Sleep(100 * time.Microsecond)
+			time.Sleep(100 * time.Microsecond) // sleep: lets the workers allocate between removals
 			mustNoErr(t, r.m.AddCIDR("default", b))
 		} else if !errors.Is(err, ErrBlockInUse) {
 			t.Fatal(err)
@@ -389,13 +390,7 @@ func TestDynamicWaitersSeeAddressing(t *testing.T) {
 			done <- a
 		}()
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for usageOf(r.m, "blue", policy.IPv4).Pending != n {
-		if time.Now().After(deadline) {
-			t.Fatal("requests never became pending")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testenv.Eventually(t, 5*time.Second, "the ADDs to wait", pending(r.m, "blue", n))
 	gw := netip.MustParseAddr("10.9.0.1")
 	for i := range n {
 		ad := netip.AddrFrom4([4]byte{10, 9, 0, byte(10 + i)})
@@ -548,5 +543,13 @@ func TestDynamicDropInUse(t *testing.T) {
 	mustNoErr(t, err)
 	if len(recs) != 1 || recs[0].Owner.ContainerID != "c2" {
 		t.Fatalf("records after DEL: %+v", recs)
+	}
+}
+
+// pending is a condition for testenv.Eventually: n ADDs wait on pool's IPv4 family.
+func pending(m *Manager, pool string, n int) func() (bool, string) {
+	return func() (bool, string) {
+		got := usageOf(m, pool, policy.IPv4).Pending
+		return got == n, fmt.Sprintf("%d pending, want %d", got, n)
 	}
 }

@@ -2,12 +2,15 @@ package noderoutes
 
 import (
 	"context"
+	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"testing"
 	"time"
 
 	"github.com/allot-ipam/allot/core/k8s/apis/allot/v1alpha1"
+	"github.com/allot-ipam/allot/internal/testenv"
 	"github.com/allot-ipam/allot/test/datapath/topo"
 	"github.com/allot-ipam/allot/test/k8senv"
 	"github.com/vishvananda/netlink"
@@ -87,25 +90,10 @@ func TestControllerOnAPIServer(t *testing.T) {
 	}
 	waitRoutes := func(what string, want map[netip.Prefix]netip.Addr) {
 		t.Helper()
-		deadline := time.Now().Add(20 * time.Second)
-		for {
+		testenv.Eventually(t, 20*time.Second, what, func() (bool, string) {
 			got := routes()
-			if len(got) == len(want) {
-				ok := true
-				for k, v := range want {
-					if got[k] != v {
-						ok = false
-					}
-				}
-				if ok {
-					return
-				}
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: routes %v, want %v", what, got, want)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			return maps.Equal(got, want), fmt.Sprintf("routes %v, want %v", got, want)
+		})
 	}
 
 	stop := run()

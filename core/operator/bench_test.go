@@ -20,6 +20,7 @@ import (
 
 	allotv1 "github.com/allot-ipam/allot/core/k8s/apis/allot/v1alpha1"
 	"github.com/allot-ipam/allot/core/operator"
+	"github.com/allot-ipam/allot/internal/testenv"
 	"github.com/allot-ipam/allot/test/k8senv"
 )
 
@@ -150,7 +151,7 @@ func benchConverge(b *testing.B, ccc, cold bool) {
 			start = time.Now() // from operator start: campaign, rebuild, serve
 		} else {
 			<-leader
-			time.Sleep(500 * time.Millisecond) // informers settled
+			time.Sleep(500 * time.Millisecond) // sleep: informers settle; nothing to observe
 			base, baseBy = cnt.snapshot()
 			start = time.Now()
 			createAll(b, ctx, c, prefix, ccc)
@@ -158,7 +159,7 @@ func benchConverge(b *testing.B, ccc, cold bool) {
 		}
 		waitConverged(b, ctx, c, prefix, ccc)
 		took := time.Since(start)
-		time.Sleep(2 * time.Second) // let status writes settle before counting
+		time.Sleep(2 * time.Second) // sleep: let status writes settle before counting them
 		total, by := cnt.snapshot()
 		opcancel()
 		if err := <-done; err != nil {
@@ -235,8 +236,7 @@ func createAll(b *testing.B, ctx context.Context, c client.Client, prefix string
 }
 
 func waitConverged(b *testing.B, ctx context.Context, c client.Client, prefix string, ccc bool) {
-	deadline := time.Now().Add(5 * time.Minute)
-	for {
+	testenv.Eventually(b, 5*time.Minute, "every node converged", func() (bool, string) {
 		done := 0
 		if ccc {
 			var l corev1.NodeList
@@ -259,12 +259,6 @@ func waitConverged(b *testing.B, ctx context.Context, c client.Client, prefix st
 				}
 			}
 		}
-		if done == benchNodes {
-			return
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("only %d of %d nodes converged", done, benchNodes)
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
+		return done == benchNodes, fmt.Sprintf("%d of %d nodes converged", done, benchNodes)
+	})
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"github.com/allot-ipam/allot/core/allocator"
 	"github.com/allot-ipam/allot/core/ipam"
+	"github.com/allot-ipam/allot/internal/testenv"
 	"log/slog"
 	"net/netip"
 	"os"
@@ -111,20 +112,10 @@ func (r *replica) waitLeader(t *testing.T, d time.Duration) {
 	}
 }
 
-// eventually polls f until it returns nil.
+// eventually waits until f returns nil.
 func eventually(t *testing.T, d time.Duration, what string, f func() error) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	var err error
-	for {
-		if err = f(); err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not true after %v: %v", what, d, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testenv.Eventually(t, d, what, testenv.CondErr(f))
 }
 
 func (h *harness) create(objs ...client.Object) {
@@ -164,21 +155,14 @@ func newAllotNode(name string, reqs ...req) *allotv1.AllotNode {
 // setRequests changes a node's requests as the agent would (retrying on conflicts).
 func (h *harness) updateAllotNode(name string, f func(*allotv1.AllotNode)) {
 	h.t.Helper()
-	for i := 0; ; i++ {
+	testenv.Eventually(h.t, 5*time.Second, "update AllotNode "+name, testenv.CondErr(func() error {
 		var n allotv1.AllotNode
 		if err := h.c.Get(h.ctx, client.ObjectKey{Name: name}, &n); err != nil {
-			h.t.Fatal(err)
+			return err
 		}
 		f(&n)
-		err := h.c.Update(h.ctx, &n)
-		if err == nil {
-			return
-		}
-		if i > 50 {
-			h.t.Fatalf("update AllotNode %s: %v", name, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return h.c.Update(h.ctx, &n)
+	}))
 }
 
 func (h *harness) getAllotNode(name string) *allotv1.AllotNode {

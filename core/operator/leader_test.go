@@ -32,14 +32,14 @@ func TestLeaderFailover(t *testing.T) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		time.Sleep(300 * time.Millisecond)
-		a.stop(t) // releases the Lease
+		time.Sleep(300 * time.Millisecond) // sleep: op-a stops in the middle of the creations
+		a.stop(t)                          // releases the Lease
 	}()
 	for i := range 60 {
 		name := fmt.Sprintf("n%02d", i)
 		names = append(names, name)
 		h.create(newAllotNode(name, req{pool: "default", v4: 100})) // two /26 blocks each
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond)                           // sleep: spreads the creations over the handover
 	}
 	wg.Wait()
 	b.waitLeader(t, waitFor)
@@ -71,7 +71,7 @@ func TestAPIServerRestart(t *testing.T) {
 	h.waitFulfilled(waitFor, names...)
 
 	h.env.StopAPIServer()
-	time.Sleep(3 * time.Second) // past RenewDeadline (1.5 s): the Lease is lost
+	time.Sleep(3 * time.Second) // sleep: past RenewDeadline (1.5 s) of a real Lease: it is lost
 	if err := h.env.StartAPIServer(h.ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -178,7 +178,7 @@ func TestLeaderPartitioned(t *testing.T) {
 		t.Errorf("lease holder %q; want op-b", got)
 	}
 	proxy.setCut(false)
-	time.Sleep(time.Second) // op-a reconnects, finds op-b leading, follows
+	time.Sleep(time.Second) // sleep: op-a reconnects, finds op-b leading, follows (nothing to observe)
 	add(40, 60)
 	h.waitFulfilled(waitFor, names...)
 	if n := h.checkNoOverlap(); n != 120 {

@@ -297,7 +297,7 @@ func TestSharedGC(t *testing.T) {
 		t.Fatalf("freed after %v, before the grace period %v", el, testGrace)
 	}
 	// A few more scans: nothing in use goes.
-	time.Sleep(3 * testGrace)
+	time.Sleep(3 * testGrace) // sleep: checks nothing happens over real scans
 	h.mustExist("in use", liveC, liveE, dupKeep, webC[0], webE[0], dbC, dbE)
 	for reason, want := range map[string]float64{"pod_gone": 1, "pod_replaced": 1, "pod_terminated": 1, "node_gone": 1,
 		"duplicate": 1, "statefulset_scaled_down": 2} {
@@ -309,7 +309,7 @@ func TestSharedGC(t *testing.T) {
 
 	// The StatefulSet deleted: its remaining claim and endpoint go once its pod is gone.
 	h.deleteNow(web)
-	time.Sleep(2 * testGrace)
+	time.Sleep(2 * testGrace) // sleep: checks nothing happens over real scans
 	h.mustExist("StatefulSet gone but its pod still there", webC[0])
 	h.deleteNow(webP[0])
 	h.waitGone("StatefulSet and pod gone", webC[0], webE[0])
@@ -370,7 +370,7 @@ func TestSharedGCRace(t *testing.T) {
 		}
 		return nil
 	})
-	time.Sleep(3 * testGrace)
+	time.Sleep(3 * testGrace) // sleep: checks nothing happens over real scans
 	var cur allotv1.AddressClaim
 	if err := h.c.Get(h.ctx, client.ObjectKey{Name: c.Name}, &cur); err != nil {
 		t.Fatalf("claim taken over by the recreated pod was freed: %v", err)

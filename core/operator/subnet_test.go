@@ -311,7 +311,7 @@ func TestSubnetAutoPools(t *testing.T) {
 			if allocation(h.getSubnet("sn"), p.Name) == nil {
 				t.Fatalf("allocation of kept pool %s dropped", p.Name)
 			}
-			time.Sleep(200 * time.Millisecond)
+			time.Sleep(200 * time.Millisecond) // sleep: checks nothing happens over real resyncs
 		}
 		d2 := h.deployment("keep", 1, keepAnn)
 		eventually(t, waitFor, "pool adopted", func() error {

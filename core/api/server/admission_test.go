@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/allot-ipam/allot/core/api"
 	"github.com/allot-ipam/allot/core/api/client"
 	"github.com/allot-ipam/allot/core/api/server"
+	"github.com/allot-ipam/allot/internal/testenv"
 )
 
 // serveWith serves s with lim and a registry of its own for the server's metrics.
@@ -93,17 +95,13 @@ func TestBusy(t *testing.T) {
 			}
 			// The slot is free again: requests pass. The server frees it just after the
 			// holder's answer is written, so the client may see the answer a moment before.
-			deadline := time.Now().Add(5 * time.Second)
-			for {
+			testenv.Eventually(t, 5*time.Second, "the freed slot", func() (bool, string) {
 				_, err := framed.Status(ctx)
-				if err == nil {
-					break
-				}
-				if !api.IsBusy(err) || time.Now().After(deadline) {
+				if err != nil && !api.IsBusy(err) {
 					t.Fatalf("after the slot was freed: %v", err)
 				}
-				time.Sleep(time.Millisecond)
-			}
+				return err == nil, fmt.Sprint(err)
+			})
 		})
 	}
 }

@@ -67,7 +67,7 @@ func peerHelper(mode, sock string) int {
 		var c net.Conn
 		if c, err = net.Dial("unix", sock); err == nil {
 			fmt.Println("connected")
-			time.Sleep(3 * time.Second)
+			time.Sleep(3 * time.Second) // sleep: a child process holding its connection open
 			c.Close()
 			return 0
 		}

@@ -186,7 +186,7 @@ func TestFramedPipelining(t *testing.T) {
 // TestShutdownFinishesRequestsInProgress: a framed request in progress at Shutdown is
 // answered, not cut off or cancelled.
 func TestShutdownFinishesRequestsInProgress(t *testing.T) {
-	s := &svc{allocs: map[api.Owner]*api.Allocation{}, gate: make(chan struct{})}
+	s := &svc{allocs: map[api.Owner]*api.Allocation{}, gate: make(chan struct{}), entered: make(chan struct{}, 1)}
 	sock, srv := serve(t, s)
 	c := client.New(sock)
 	defer c.Close()
@@ -195,10 +195,11 @@ func TestShutdownFinishesRequestsInProgress(t *testing.T) {
 		_, err := c.Allocate(context.Background(), &api.AllocateRequest{Owner: api.Owner{ContainerID: "c", IfName: "eth0"}})
 		got <- err
 	}()
-	time.Sleep(50 * time.Millisecond) // let the request reach the service
+	<-s.entered // the request reached the service
 	shut := make(chan error, 1)
 	go func() { shut <- srv.Shutdown(context.Background()) }()
-	time.Sleep(20 * time.Millisecond)
+	time.Sleep(20 * time.Millisecond) // sleep: Shutdown is under way (nothing to observe) before the answer
+
 	close(s.gate)
 	if err := <-got; err != nil {
 		t.Fatalf("request in progress: %v", err)
