@@ -123,9 +123,9 @@ func TestSocketClientAnswers(t *testing.T) {
 }
 
 func TestSocketClientCancel(t *testing.T) {
-	sock := serveHandler(t, func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
+	// Cancelled once the request reached the daemon: the client stops waiting for its answer.
 	ctx, cancel := context.WithCancel(context.Background())
-	go func() { time.Sleep(50 * time.Millisecond); cancel() }()
+	sock := serveHandler(t, func(w http.ResponseWriter, r *http.Request) { cancel(); <-r.Context().Done() })
 	_, err := NewDaemon(sock).Allocate(ctx, &api.AllocateRequest{})
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("err %v, want Canceled", err)

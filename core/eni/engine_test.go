@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/allot-ipam/allot/sdk/cloud"
@@ -479,24 +480,30 @@ func TestHandshakeSides(t *testing.T) {
 	}
 }
 
+// Under testing/synctest: the engine's pass interval and the triggers run on simulated time.
 func TestRunKeepsMinInterval(t *testing.T) {
-	b := newMemBackend(cloud.Limits{MaxInterfaces: 3, AddressesPerInterface: 30}, 1000)
-	cnt := &countingBackend{CloudBackend: b}
-	e, _ := newTestEngine(t, cnt, nil, func(c *Config) { c.MinPassInterval = 100 * time.Millisecond })
-	_ = e.UpsertNode(NodeState{Ref: ref})
-	ctx, cancel := context.WithTimeout(context.Background(), 550*time.Millisecond)
-	defer cancel()
-	go func() {
-		for ctx.Err() == nil {
-			e.Trigger()
-			time.Sleep(5 * time.Millisecond)
+	synctest.Test(t, func(t *testing.T) {
+		b := newMemBackend(cloud.Limits{MaxInterfaces: 3, AddressesPerInterface: 30}, 1000)
+		cnt := &countingBackend{CloudBackend: b}
+		e, _ := newTestEngine(t, cnt, nil, func(c *Config) { c.MinPassInterval = 100 * time.Millisecond })
+		_ = e.UpsertNode(NodeState{Ref: ref})
+		ctx, cancel := context.WithTimeout(context.Background(), 550*time.Millisecond)
+		defer cancel()
+		triggers := make(chan struct{})
+		go func() {
+			defer close(triggers)
+			for ctx.Err() == nil {
+				e.Trigger()
+				time.Sleep(5 * time.Millisecond) // sleep: simulated (synctest)
+			}
+		}()
+		_ = e.Run(ctx)
+		<-triggers
+		// 110 triggers in 550 ms, at most one pass per 100 ms: 6 at most, and more than one.
+		if n := cnt.inventories.Load(); n < 2 || n > 6 {
+			t.Fatalf("%d passes in 550 ms with a 100 ms minimum interval", n)
 		}
-	}()
-	_ = e.Run(ctx)
-	// ~100 triggers in 550 ms, at most one pass per 100 ms: 6 at most, and more than one.
-	if n := cnt.inventories.Load(); n < 2 || n > 7 {
-		t.Fatalf("%d passes in 550 ms with a 100 ms minimum interval", n)
-	}
+	})
 }
 
 type countingBackend struct {

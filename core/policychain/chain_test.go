@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	ciliumannotations "github.com/allot-ipam/allot/plugins/policy/ciliumannotations"
@@ -341,13 +342,18 @@ func BenchmarkDecision(b *testing.B) {
 }
 
 // An inline link runs on the caller's goroutine: its deadline is the caller's, not the
-// chain's timeout, and a panic is still contained and falls through to the fallback.
+// chain's timeout, and a panic is still contained and falls through to the fallback. Under
+// testing/synctest the slow link's sleep is simulated time.
 func TestInlineLink(t *testing.T) {
+	synctest.Test(t, testInlineLink)
+}
+
+func testInlineLink(t *testing.T) {
 	slow := fake{pod: func(ctx context.Context, r *policy.PodRequest) (policy.PodDecision, error) {
 		if _, ok := ctx.Deadline(); ok {
 			return policy.PodDecision{}, errors.New("inline link got the chain's deadline")
 		}
-		time.Sleep(30 * time.Millisecond) // longer than the chain's 5ms bound
+		time.Sleep(30 * time.Millisecond) // sleep: simulated (synctest): longer than the chain's 5ms bound
 		return decided("a"), nil
 	}}
 	c, err := New(Config{Policies: []Link{{Name: "slow", Policy: slow, Inline: true}}, Timeout: 5 * time.Millisecond})

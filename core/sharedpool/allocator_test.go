@@ -429,7 +429,7 @@ func TestCNIGCPerNetwork(t *testing.T) {
 	if _, err := n.a.Allocate(ctx, addReq(half, "c-half", "eth0")); err == nil {
 		t.Fatal("the hook should have ended the ADD")
 	}
-	time.Sleep(1100 * time.Millisecond) // claims must be older than the GC (1 s timestamps)
+	time.Sleep(1100 * time.Millisecond) // sleep: claims must be older than the GC (real 1 s timestamps)
 	resp, err := n.a.GC(ctx, &api.GCRequest{Network: "underlay", Valid: []api.Owner{{ContainerID: "c-live", IfName: "eth0"}}})
 	if err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/allot-ipam/allot/core/k8s/apis/allot/v1alpha1"
+	"github.com/allot-ipam/allot/internal/testenv"
 	corev1 "k8s.io/api/core/v1"
 )
 
@@ -100,17 +101,11 @@ func runSharedBench(b *testing.B, name string, size, nNodes, nPods, perNode int)
 	created := time.Since(begin)
 	// Each node's informer has its pods before the clock starts, as a kubelet's would.
 	for i, n := range ns {
-		deadline := time.Now().Add(time.Minute)
-		for {
+		testenv.Eventually(b, time.Minute, "node "+n.name+"'s informer to see its pods", func() (bool, string) {
 			var list corev1.PodList
-			if err := n.c.List(context.Background(), &list); err == nil && len(list.Items) == len(pods[i]) {
-				break
-			}
-			if time.Now().After(deadline) {
-				b.Fatalf("node %s informer never saw its pods", n.name)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			err := n.c.List(context.Background(), &list)
+			return err == nil && len(list.Items) == len(pods[i]), fmt.Sprint(len(list.Items), " pods ", err)
+		})
 	}
 	before := make([]Stats, nNodes)
 	for i, n := range ns {

@@ -15,6 +15,7 @@ import (
 	"github.com/allot-ipam/allot/core/api"
 	"github.com/allot-ipam/allot/core/k8s"
 	"github.com/allot-ipam/allot/core/k8s/apis/allot/v1alpha1"
+	"github.com/allot-ipam/allot/internal/testenv"
 	"github.com/allot-ipam/allot/sdk/policy"
 	"github.com/allot-ipam/allot/test/k8senv"
 	"github.com/go-logr/logr"
@@ -108,13 +109,7 @@ func (cl *cluster) node(name string, hook func(context.Context, *v1alpha1.Addres
 	}
 	n := &simNode{name: name, a: a, c: c, stop: cancel, done: make(chan struct{})}
 	go func() { defer close(n.done); _ = c.Start(ctx) }()
-	deadline := time.Now().Add(30 * time.Second)
-	for !a.Synced() {
-		if time.Now().After(deadline) {
-			t.Fatal("allocator index did not sync")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.Eventually(t, 30*time.Second, "the allocator index to sync", testenv.Cond(a.Synced))
 	t.Cleanup(n.shutdown)
 	return n
 }
@@ -173,17 +168,11 @@ func (cl *cluster) pool(name, subnet string, ips []string, mut func(*v1alpha1.Sh
 // waitPool waits until every node's index knows the pool.
 func waitPool(t testing.TB, name string, nodes ...*simNode) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
 	for _, n := range nodes {
-		for {
-			if _, ok := n.a.idx.pool(name); ok {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("node %s never saw pool %s", n.name, name)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		testenv.Eventually(t, 10*time.Second, "node "+n.name+" to see pool "+name, func() (bool, string) {
+			_, ok := n.a.idx.pool(name)
+			return ok, ""
+		})
 	}
 }
 

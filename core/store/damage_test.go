@@ -321,7 +321,7 @@ func TestOpenFollowsRename(t *testing.T) {
 		s, err = Open(ctx, path, Options{NoSync: true, LockTimeout: 5 * time.Second})
 		done <- err
 	}()
-	time.Sleep(200 * time.Millisecond)
+	time.Sleep(200 * time.Millisecond) // sleep: Open waits on the kernel's lock meanwhile (nothing to observe)
 	if err := writeNew(ctx, path+".next", []Record{testRecord("new", "eth0", 1)}, true); err != nil {
 		t.Fatal(err)
 	}

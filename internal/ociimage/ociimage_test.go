@@ -187,19 +187,13 @@ func TestContainerdImports(t *testing.T) {
 		}
 		return string(out)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if _, err := os.Stat(sock); err == nil {
-			if out, err := exec.CommandContext(ctx, "ctr", "--address", sock, "version").CombinedOutput(); err == nil {
-				_ = out
-				break
-			}
+	testenv.Eventually(t, 30*time.Second, "containerd to start", func() (bool, string) {
+		if _, err := os.Stat(sock); err != nil {
+			return false, err.Error()
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("containerd did not start:\n%s", log.String())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		out, err := exec.CommandContext(ctx, "ctr", "--address", sock, "version").CombinedOutput()
+		return err == nil, fmt.Sprintf("%v: %s\ncontainerd log:\n%s", err, out, log.String())
+	})
 	ctr("images", "import", tarPath)
 	out := ctr("images", "ls")
 	dir2 := t.TempDir()

@@ -88,7 +88,7 @@ func testPoolPolicyRoundTrip(t *testing.T, conn func(testing.TB, policy.PoolPoli
 			case "panic":
 				panic("boom")
 			case "slow":
-				time.Sleep(time.Second)
+				time.Sleep(time.Second) // sleep: a plugin slower than the caller's deadline
 			case "fail":
 				return policy.PodDecision{}, errors.New("no luck")
 			}

@@ -132,13 +132,7 @@ func open(t testing.TB, cfg Config) (*Plugin, *logBuffer) {
 
 func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testenv.Eventually(t, 15*time.Second, what, testenv.Cond(cond))
 }
 
 // podRequest builds a request with n pools, half of them defaults, as a busy cluster has.
@@ -261,7 +255,7 @@ func TestCallerDeadlineDoesNotRestart(t *testing.T) {
 	if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrTimeout) {
 		t.Fatalf("err = %v, want the caller's deadline, not a plugin timeout", err)
 	}
-	time.Sleep(300 * time.Millisecond)
+	time.Sleep(300 * time.Millisecond) // sleep: checks the host does NOT restart the plugin meanwhile
 	if st := p.Status(); st.Restarts != 0 || st.Health != HealthHealthy {
 		t.Fatalf("plugin restarted for the caller's deadline: %+v", st)
 	}
@@ -384,7 +378,7 @@ func helperHost() {
 		os.Exit(1)
 	}
 	fmt.Println("PID", d.Reason)
-	time.Sleep(time.Minute)
+	time.Sleep(time.Minute) // sleep: a child process waiting to be SIGKILLed by the test
 	os.Exit(2)
 }
 

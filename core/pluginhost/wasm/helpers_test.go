@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/allot-ipam/allot/internal/testenv"
 	"github.com/allot-ipam/allot/sdk/policy"
 )
 
@@ -158,11 +159,8 @@ func mustContain(t *testing.T, s string, subs ...string) {
 // waitFullPool waits until the background replacement of discarded instances is done.
 func waitFullPool(t *testing.T, p *Plugin) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for p.Status().Instances != p.cfg.Instances {
-		if time.Now().After(deadline) {
-			t.Fatalf("pool did not refill: %+v", p.Status())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testenv.Eventually(t, 10*time.Second, "the pool to refill", func() (bool, string) {
+		st := p.Status()
+		return st.Instances == p.cfg.Instances, fmt.Sprintf("%+v", st)
+	})
 }

@@ -113,7 +113,7 @@ func runBench(b *testing.B, r benchRow) benchRow {
 		if done || r.passes > 50 {
 			break
 		}
-		time.Sleep(time.Duration(float64(time.Second) / r.scale)) // at most one pass per (scaled) second
+		time.Sleep(time.Duration(float64(time.Second) / r.scale)) // sleep: paces the benchmark: at most one pass per (scaled) second
 	}
 	r.real = time.Since(start)
 	for _, st := range h.fake.Stats() {
