@@ -295,8 +295,8 @@ func TestStdoutGarbage(t *testing.T) {
 
 func TestWrongContractVersionRefused(t *testing.T) {
 	for _, tt := range []struct{ plugin, want string }{
-		{"", `plugin "test-badversionplugin" speaks pool-policy contract 2.0.0, host speaks 1.0.0`},
-		{"1.9.0", `plugin "test-badversionplugin" speaks pool-policy contract 1.9.0, host speaks 1.0.0 (plugin is newer)`},
+		{"", `plugin "test-badversionplugin" speaks pool-policy contract 2.0.0, host speaks ` + policy.ContractVersion},
+		{"1.9.0", `plugin "test-badversionplugin" speaks pool-policy contract 1.9.0, host speaks ` + policy.ContractVersion + ` (plugin is newer)`},
 	} {
 		cfg := testConfig(t, "badversionplugin")
 		if tt.plugin != "" {
