@@ -10,44 +10,53 @@ import (
 	"github.com/pmezard/go-difflib/difflib"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 )
 
 // change is one object an import writes: desired is what the cluster should hold,
-// existing what it holds (nil: to be created).
+// existing what it holds (nil: to be created), imported what the import made of the peers.
 type change struct {
-	existing, desired client.Object
+	existing, desired, imported client.Object
 }
 
 // plan compares the imported objects with the cluster's.
 func plan(ctx context.Context, cl client.Client, objs []client.Object) ([]change, error) {
 	var out []change
 	for _, d := range objs {
-		gvk := d.GetObjectKind().GroupVersionKind()
-		ro, err := cl.Scheme().New(gvk)
+		c, changed, err := planOne(ctx, cl, d)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", gvk.Kind, err)
+			return nil, err
 		}
-		e := ro.(client.Object)
-		err = cl.Get(ctx, client.ObjectKeyFromObject(d), e)
-		switch {
-		case apierrors.IsNotFound(err):
-			out = append(out, change{desired: d})
-		case err != nil:
-			return nil, fmt.Errorf("get %s %s: %w", gvk.Kind, d.GetName(), err)
-		default:
-			e.GetObjectKind().SetGroupVersionKind(gvk)
-			m, changed, err := importer.Merge(e, d)
-			if err != nil {
-				return nil, err
-			}
-			if changed {
-				out = append(out, change{existing: e, desired: m})
-			}
+		if changed {
+			out = append(out, c)
 		}
 	}
 	return out, nil
+}
+
+func planOne(ctx context.Context, cl client.Client, d client.Object) (change, bool, error) {
+	gvk := d.GetObjectKind().GroupVersionKind()
+	ro, err := cl.Scheme().New(gvk)
+	if err != nil {
+		return change{}, false, fmt.Errorf("%s: %w", gvk.Kind, err)
+	}
+	e := ro.(client.Object)
+	err = cl.Get(ctx, client.ObjectKeyFromObject(d), e)
+	if apierrors.IsNotFound(err) {
+		return change{desired: d, imported: d}, true, nil
+	}
+	if err != nil {
+		return change{}, false, fmt.Errorf("get %s %s: %w", gvk.Kind, d.GetName(), err)
+	}
+	e.GetObjectKind().SetGroupVersionKind(gvk)
+	m, changed, err := importer.Merge(e, d)
+	if err != nil {
+		return change{}, false, err
+	}
+	m.GetObjectKind().SetGroupVersionKind(gvk)
+	return change{existing: e, desired: m, imported: d}, changed, nil
 }
 
 // apply writes the plan (or, with dryRun, prints it as a diff). Objects are written in
@@ -69,24 +78,45 @@ func apply(ctx context.Context, cl client.Client, objs []client.Object, dryRun b
 	}
 	for _, c := range changes {
 		kind, name := c.desired.GetObjectKind().GroupVersionKind().Kind, c.desired.GetName()
-		w := c.desired.DeepCopyObject().(client.Object)
 		verb := "created"
-		if c.existing == nil {
-			err = cl.Create(ctx, w)
-		} else {
+		if c.existing != nil {
 			verb = "updated"
-			err = cl.Update(ctx, w)
 		}
-		if err != nil {
+		if err := write(ctx, cl, c); err != nil {
 			return fmt.Errorf("%s %s: %w", kind, name, err)
-		}
-		if err := writeStatus(ctx, cl, c.desired, w); err != nil {
-			return fmt.Errorf("%s %s status: %w", kind, name, err)
 		}
 		fmt.Fprintf(out, "%s %s %s\n", strings.ToLower(kind), name, verb)
 	}
 	fmt.Fprintf(out, "# %d of %d objects written\n", len(changes), len(objs))
 	return nil
+}
+
+// write creates or updates one object and its status. A conflict (the operator or an agent
+// wrote the object meanwhile) merges the import over the object as it is now and retries.
+func write(ctx context.Context, cl client.Client, c change) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		w := c.desired.DeepCopyObject().(client.Object)
+		var err error
+		if c.existing == nil {
+			err = cl.Create(ctx, w)
+		} else {
+			err = cl.Update(ctx, w)
+		}
+		if err == nil {
+			err = writeStatus(ctx, cl, c.desired, w)
+		}
+		if apierrors.IsConflict(err) {
+			next, changed, perr := planOne(ctx, cl, c.imported)
+			if perr != nil {
+				return perr
+			}
+			if !changed {
+				return nil
+			}
+			c = next
+		}
+		return err
+	})
 }
 
 // writeStatus copies desired's status onto written (fresh from the API server, which
