@@ -74,6 +74,13 @@ test-sdk: testsummary
 testsummary:
 	@$(GO) build -o $(TESTSUMMARY) ./hack/testsummary
 
+# generate-proto: the Go code of every .proto (plugin contracts, local API) with the pinned
+# protoc plugins of hack/gen-proto.sh; `generate` (mk/*.mk add theirs) runs every generator.
+.PHONY: generate-proto
+generate: generate-proto
+generate-proto:
+	@bash hack/gen-proto.sh
+
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^vendor/')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...

@@ -2,7 +2,7 @@
 # Installs the Debian packages the tests need, only those whose commands are missing.
 # Usage: install-deps.sh [extra-package ...]
 set -euo pipefail
-declare -A want=( [ip]=iproute2 [unshare]=util-linux [column]=bsdextrautils [mkfs.ext4]=e2fsprogs )
+declare -A want=( [ip]=iproute2 [protoc]=protobuf-compiler [unshare]=util-linux [column]=bsdextrautils [mkfs.ext4]=e2fsprogs )
 for extra in "$@"; do want["pkg:$extra"]=$extra; done
 missing=()
 for cmd in "${!want[@]}"; do

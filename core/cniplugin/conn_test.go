@@ -1,64 +1,91 @@
 package cniplugin
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"io"
 	"net"
-	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/allot-ipam/allot/core/api"
+	"github.com/allot-ipam/allot/core/api/frame"
 )
 
-// serveHandler serves h on a unix socket in a temp dir.
-func serveHandler(t *testing.T, h http.HandlerFunc) string {
+// answerFunc writes the answer to the request frame (id, op, payload) read from conn.
+type answerFunc func(t *testing.T, conn net.Conn, id uint32, op frame.Op, payload []byte)
+
+// serveFramed serves one scripted answer per connection on a unix socket in a temp dir: it
+// reads the preface and one frame, as allotd does, and lets answer reply.
+func serveFramed(t *testing.T, answer answerFunc) string {
 	t.Helper()
-	sock := filepath.Join(t.TempDir(), "h.sock")
+	sock := filepath.Join(t.TempDir(), "f.sock")
 	l, err := net.Listen("unix", sock)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: h}
-	go func() { _ = srv.Serve(l) }()
-	t.Cleanup(func() { _ = srv.Close() })
+	t.Cleanup(func() { _ = l.Close() })
+	go func() {
+		for {
+			conn, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer conn.Close()
+				r := bufio.NewReader(conn)
+				pre := make([]byte, len(frame.Preface))
+				if _, err := io.ReadFull(r, pre); err != nil {
+					return
+				}
+				id, op, payload, err := frame.NewReader(r).Next()
+				if err != nil {
+					return
+				}
+				answer(t, conn, id, op, payload)
+			}()
+		}
+	}()
 	return sock
 }
 
+// answerWith writes the preface and one frame.
+func answerWith(op frame.Op, payload []byte) answerFunc {
+	return func(t *testing.T, conn net.Conn, id uint32, _ frame.Op, _ []byte) {
+		_, _ = conn.Write(frame.Append([]byte(frame.Preface), id, op, payload))
+	}
+}
+
 func TestSocketClientAnswers(t *testing.T) {
-	big := `{"ready":true,"version":"` + strings.Repeat("x", 100000) + `","pools":[]}`
+	big := &api.Status{Ready: true, Version: strings.Repeat("x", 100000), Pools: []api.PoolStatus{{Name: "p", CIDRs: []string{"10.0.0.0/8"}}}}
 	tests := []struct {
-		name    string
-		handler http.HandlerFunc
-		check   func(t *testing.T, st *api.Status, err error)
+		name   string
+		answer answerFunc
+		check  func(t *testing.T, st *api.Status, err error)
 	}{
 		{
-			name: "large answer without Content-Length",
-			handler: func(w http.ResponseWriter, r *http.Request) {
-				if r.Method != "GET" || r.URL.Path != "/v1/status" || r.ProtoMajor != 1 || r.ProtoMinor != 0 {
-					http.Error(w, "bad request line", http.StatusBadRequest)
-					return
+			name: "large answer in pieces",
+			answer: func(t *testing.T, conn net.Conn, id uint32, op frame.Op, _ []byte) {
+				if op != frame.OpStatus {
+					t.Errorf("op %s, want status", op)
 				}
-				w.Header().Set("Content-Type", "application/json")
-				for i := 0; i < len(big); i += 1000 {
-					_, _ = w.Write([]byte(big[i:min(i+1000, len(big))]))
-					w.(http.Flusher).Flush()
+				b := frame.Append([]byte(frame.Preface), id, op, frame.AppendStatus(nil, big))
+				for i := 0; i < len(b); i += 1000 {
+					_, _ = conn.Write(b[i:min(i+1000, len(b))])
 				}
 			},
 			check: func(t *testing.T, st *api.Status, err error) {
-				if err != nil || !st.Ready || len(st.Version) != 100000 {
+				if err != nil || !st.Ready || len(st.Version) != 100000 || st.Pools[0].CIDRs[0] != "10.0.0.0/8" {
 					t.Fatalf("status %v, err %v", st != nil && st.Ready, err)
 				}
 			},
 		},
 		{
-			name: "API error",
-			handler: func(w http.ResponseWriter, r *http.Request) {
-				w.WriteHeader(http.StatusServiceUnavailable)
-				_, _ = w.Write([]byte(`{"code":"unavailable","message":"closing"}`))
-			},
+			name:   "API error",
+			answer: answerWith(frame.OpError, frame.AppendError(nil, &api.Error{Code: api.CodeUnavailable, Message: "closing"})),
 			check: func(t *testing.T, _ *api.Status, err error) {
 				var e *api.Error
 				if !errors.As(err, &e) || e.Code != api.CodeUnavailable || e.Message != "closing" {
@@ -67,29 +94,28 @@ func TestSocketClientAnswers(t *testing.T) {
 			},
 		},
 		{
-			name:    "non-JSON error",
-			handler: func(w http.ResponseWriter, r *http.Request) { http.Error(w, "boom", http.StatusBadGateway) },
+			name: "an allotd that answers HTTP",
+			answer: func(t *testing.T, conn net.Conn, _ uint32, _ frame.Op, _ []byte) {
+				_, _ = conn.Write([]byte("HTTP/1.1 400 Bad Request\r\nConnection: close\r\n\r\n"))
+			},
 			check: func(t *testing.T, _ *api.Status, err error) {
-				if err == nil || !strings.Contains(err.Error(), "allotd /v1/status: unexpected answer 502 Bad Gateway") {
+				if !errors.Is(err, errNotFramed) || !strings.Contains(err.Error(), "allotd status: allotd answers HTTP") {
 					t.Fatalf("err %v", err)
 				}
 			},
 		},
 		{
-			name:    "bad JSON",
-			handler: func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte(`{"ready":`)) },
+			name:   "bad payload",
+			answer: answerWith(frame.OpStatus, []byte{0x12, 9, 'x'}),
 			check: func(t *testing.T, _ *api.Status, err error) {
-				if err == nil || !strings.Contains(err.Error(), "allotd /v1/status: decode answer") {
+				if err == nil || !strings.Contains(err.Error(), "allotd status: decode answer: status: field 2: length runs past") {
 					t.Fatalf("err %v", err)
 				}
 			},
 		},
 		{
-			name: "connection dropped",
-			handler: func(w http.ResponseWriter, r *http.Request) {
-				c, _, _ := w.(http.Hijacker).Hijack()
-				c.Close()
-			},
+			name:   "connection dropped",
+			answer: func(t *testing.T, conn net.Conn, _ uint32, _ frame.Op, _ []byte) {},
 			check: func(t *testing.T, _ *api.Status, err error) {
 				if err == nil || errors.Is(err, ErrDaemonUnreachable) || !strings.Contains(err.Error(), "read answer") {
 					t.Fatalf("err %v", err)
@@ -98,11 +124,8 @@ func TestSocketClientAnswers(t *testing.T) {
 		},
 		{
 			name: "too slow",
-			handler: func(w http.ResponseWriter, r *http.Request) {
-				select {
-				case <-time.After(5 * time.Second):
-				case <-r.Context().Done():
-				}
+			answer: func(t *testing.T, conn net.Conn, _ uint32, _ frame.Op, _ []byte) {
+				_, _ = conn.Read(make([]byte, 1)) // until the client gives up
 			},
 			check: func(t *testing.T, _ *api.Status, err error) {
 				if !errors.Is(err, context.DeadlineExceeded) {
@@ -113,7 +136,7 @@ func TestSocketClientAnswers(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c := NewDaemon(serveHandler(t, tt.handler))
+			c := NewDaemon(serveFramed(t, tt.answer))
 			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 			defer cancel()
 			st, err := c.Status(ctx)
@@ -125,7 +148,10 @@ func TestSocketClientAnswers(t *testing.T) {
 func TestSocketClientCancel(t *testing.T) {
 	// Cancelled once the request reached the daemon: the client stops waiting for its answer.
 	ctx, cancel := context.WithCancel(context.Background())
-	sock := serveHandler(t, func(w http.ResponseWriter, r *http.Request) { cancel(); <-r.Context().Done() })
+	sock := serveFramed(t, func(t *testing.T, conn net.Conn, _ uint32, _ frame.Op, _ []byte) {
+		cancel()
+		_, _ = conn.Read(make([]byte, 1)) // until the client gives up
+	})
 	_, err := NewDaemon(sock).Allocate(ctx, &api.AllocateRequest{})
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("err %v, want Canceled", err)

@@ -126,7 +126,7 @@ func (c *Client) GC(ctx context.Context, req *api.GCRequest) (*api.GCResponse, e
 func (c *Client) Status(ctx context.Context) (*api.Status, error) {
 	var out api.Status
 	if c.useFramed() {
-		if err := c.doFramed(ctx, frame.OpStatus, nil, jsonDecoder(&out)); err != errFallback {
+		if err := c.doFramed(ctx, frame.OpStatus, nil, func(b []byte) error { return frame.DecodeStatus(b, &out) }); err != errFallback {
 			return &out, err
 		}
 	}
@@ -136,7 +136,7 @@ func (c *Client) Status(ctx context.Context) (*api.Status, error) {
 func (c *Client) Pools(ctx context.Context) ([]api.PoolStatus, error) {
 	var out []api.PoolStatus
 	if c.useFramed() {
-		if err := c.doFramed(ctx, frame.OpPools, nil, jsonDecoder(&out)); err != errFallback {
+		if err := c.doFramed(ctx, frame.OpPools, nil, func(b []byte) (err error) { out, err = frame.DecodePools(b); return err }); err != errFallback {
 			return out, err
 		}
 	}
@@ -146,7 +146,7 @@ func (c *Client) Pools(ctx context.Context) ([]api.PoolStatus, error) {
 func (c *Client) Allocations(ctx context.Context) ([]api.Allocation, error) {
 	var out []api.Allocation
 	if c.useFramed() {
-		if err := c.doFramed(ctx, frame.OpAllocations, nil, jsonDecoder(&out)); err != errFallback {
+		if err := c.doFramed(ctx, frame.OpAllocations, nil, func(b []byte) (err error) { out, err = frame.DecodeAllocations(b); return err }); err != errFallback {
 			return out, err
 		}
 	}
@@ -156,7 +156,7 @@ func (c *Client) Allocations(ctx context.Context) ([]api.Allocation, error) {
 func (c *Client) Plugins(ctx context.Context) ([]api.PluginStatus, error) {
 	var out []api.PluginStatus
 	if c.useFramed() {
-		if err := c.doFramed(ctx, frame.OpPlugins, nil, jsonDecoder(&out)); err != errFallback {
+		if err := c.doFramed(ctx, frame.OpPlugins, nil, func(b []byte) (err error) { out, err = frame.DecodePlugins(b); return err }); err != errFallback {
 			return out, err
 		}
 	}

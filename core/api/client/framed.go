@@ -3,7 +3,6 @@ package client
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -253,8 +252,4 @@ func (c *Client) doFramed(ctx context.Context, op frame.Op, appendPayload func([
 func isStale(err error) bool {
 	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
 		strings.Contains(err.Error(), "broken pipe") || strings.Contains(err.Error(), "connection reset")
-}
-
-func jsonDecoder[T any](out *T) func([]byte) error {
-	return func(b []byte) error { return json.Unmarshal(b, out) }
 }

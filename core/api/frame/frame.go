@@ -4,16 +4,15 @@
 // A connection starts with the client's 10-byte Preface. The server tells it from HTTP by the
 // first byte (0x00 starts no HTTP method) and answers with the same Preface before its first
 // frame; an older allotd answers "HTTP/1.1 400 ...", which a client recognises by those first
-// bytes and falls back to HTTP. Then both sides send frames:
+// bytes. Then both sides send frames:
 //
 //	length uint32 (big endian; of what follows, at least 5) | id uint32 | op uint8 | payload
 //
 // A request's id is chosen by the client and repeated in its answer, so one connection may
 // carry many requests at once and answers may come in any order. An answer's op is the
-// request's op on success, or OpError with an encoded api.Error. Payloads of the CNI
-// operations (allocate, release, check, gc) use the encoding of codec.go (protobuf's wire
-// format, written by hand so that allot-cni links no protobuf runtime); the rarely used
-// status, pools, allocations and plugins carry JSON. See core/api/API.md.
+// request's op on success, or OpError with an encoded api.Error. Payloads are the generated
+// messages of core/api/proto/allot/api/v1/api.proto (codec.go converts them to and from
+// core/api's types). See core/api/API.md.
 package frame
 
 import (
@@ -46,7 +45,7 @@ const (
 	OpRelease     Op = 2
 	OpCheck       Op = 3
 	OpGC          Op = 4
-	OpStatus      Op = 5 // JSON payloads
+	OpStatus      Op = 5
 	OpPools       Op = 6
 	OpAllocations Op = 7
 	OpPlugins     Op = 8

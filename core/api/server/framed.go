@@ -3,7 +3,6 @@ package server
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -292,28 +291,25 @@ func (fc *framedConn) decode(op frame.Op, p []byte) (func(context.Context, []byt
 			return frame.AppendGCResponse(b, r), nil
 		}, nil
 	case frame.OpStatus:
-		return jsonCall(svc.Status), nil
+		return listCall(svc.Status, frame.AppendStatus), nil
 	case frame.OpPools:
-		return jsonCall(svc.Pools), nil
+		return listCall(svc.Pools, frame.AppendPools), nil
 	case frame.OpAllocations:
-		return jsonCall(svc.Allocations), nil
+		return listCall(svc.Allocations, frame.AppendAllocations), nil
 	case frame.OpPlugins:
-		return jsonCall(svc.Plugins), nil
+		return listCall(svc.Plugins, frame.AppendPlugins), nil
 	}
 	return nil, api.InvalidField("op", "unknown operation %d", uint8(op))
 }
 
-func jsonCall[T any](fn func(context.Context) (T, error)) func(context.Context, []byte) ([]byte, error) {
+// listCall serves the operations without a request payload (status and the listings).
+func listCall[T any](fn func(context.Context) (T, error), appendAnswer func([]byte, T) []byte) func(context.Context, []byte) ([]byte, error) {
 	return func(ctx context.Context, b []byte) ([]byte, error) {
 		v, err := fn(ctx)
 		if err != nil {
 			return b, err
 		}
-		j, err := json.Marshal(v)
-		if err != nil {
-			return b, err
-		}
-		return append(b, j...), nil
+		return appendAnswer(b, v), nil
 	}
 }
 
