@@ -213,13 +213,9 @@ func TestManifestsApply(t *testing.T) {
 		if !strings.Contains(string(out), "ensure CRDs are installed first") {
 			t.Fatalf("kubectl apply: %v\n%s", err, out)
 		}
-		deadline := time.Now().Add(time.Minute)
-		for {
-			if out, err = apply(); err == nil || time.Now().After(deadline) {
-				break
-			}
-			time.Sleep(time.Second)
-		}
+		actx, acancel := context.WithTimeout(context.Background(), time.Minute)
+		_ = testenv.Poll(actx, func() (bool, string) { out, err = apply(); return err == nil, "" })
+		acancel()
 		if err != nil {
 			t.Fatalf("kubectl apply (second run): %v\n%s", err, out)
 		}

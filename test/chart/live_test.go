@@ -224,25 +224,20 @@ func (l *liveEnv) startAllotd(name string, cfg map[string]any, env ...string) *p
 			t.Logf("%s log (tail):\n%s", name, tail(pr.log, 40))
 		}
 	})
-	deadline := time.Now().Add(90 * time.Second)
-	for {
+	testenv.Eventually(t, 90*time.Second, name+" to be ready", func() (bool, string) {
 		select {
 		case <-pr.done:
 			t.Fatalf("%s exited before it was ready: %v\n%s\nconfig:\n%s", name, pr.err, tail(pr.log, 40), b)
 		default:
 		}
 		resp, err := http.Get("http://" + httpAddr + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return pr
-			}
+		if err != nil {
+			return false, err.Error() + "\n" + tail(pr.log, 40)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s not ready after 90 s:\n%s", name, tail(pr.log, 40))
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, resp.Status + "\n" + tail(pr.log, 40)
+	})
+	return pr
 }
 
 // stop sends SIGTERM and waits (SIGKILL after grace); an error (exit status, or no exit in
@@ -284,17 +279,7 @@ func tail(p string, n int) string {
 // eventually polls cond until it holds or timeout passes.
 func eventually(t *testing.T, what string, timeout time.Duration, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, why := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s: %s", what, timeout, why)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	testenv.Eventually(t, timeout, what, cond)
 }
 
 // auditEvent is the part of an audit.k8s.io/v1 Event the check reads.

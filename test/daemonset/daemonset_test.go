@@ -354,7 +354,7 @@ func TestAgentAsDaemonSet(t *testing.T) {
 		if s := r.node.nat(t); len(s.chains["ipv4"])+len(s.chains["ipv6"]) > 0 {
 			t.Fatalf("datapath applied before the node's blocks were known: %s", s)
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // sleep: checks nothing happens for a second of real time
 	}
 
 	// The node gets its blocks. When the configuration appears (by a rename, never written

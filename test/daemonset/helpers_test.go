@@ -21,6 +21,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/allot-ipam/allot/internal/testenv"
 	"github.com/allot-ipam/allot/test/datapath/topo"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -406,17 +407,7 @@ func (w *watcher) waitFor(t *testing.T, timeout time.Duration, match func(event)
 
 func eventually(t *testing.T, what string, timeout time.Duration, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, last := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s; last: %s", timeout, what, last)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testenv.Eventually(t, timeout, what, cond)
 }
 
 func inode(t *testing.T, p string) uint64 {

@@ -68,7 +68,7 @@ func TestCrashDuringAddStorm(t *testing.T) {
 			}()
 		}
 		// Let the storm build up, then kill at a random instant.
-		time.Sleep(time.Duration(400+rand.IntN(800)) * time.Millisecond)
+		time.Sleep(time.Duration(400+rand.IntN(800)) * time.Millisecond) // sleep: a real process killed at a random instant
 		d.kill()
 		stop.Store(true)
 		wg.Wait()

@@ -12,6 +12,7 @@ import (
 
 	"github.com/allot-ipam/allot/core/api"
 	"github.com/allot-ipam/allot/core/api/client"
+	"github.com/allot-ipam/allot/internal/testenv"
 )
 
 // Pool blocks for allotd's YAML config.
@@ -93,8 +94,7 @@ func (d *daemon) start() {
 	d.done = done
 	go func() { done <- d.cmd.Wait() }()
 
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testenv.Eventually(d.t, 30*time.Second, "allotd to be ready", func() (bool, string) {
 		select {
 		case err := <-done:
 			done <- err
@@ -103,16 +103,10 @@ func (d *daemon) start() {
 		default:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
 		_, err := d.client.Status(ctx)
-		cancel()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			d.t.Fatalf("allotd not ready after 30s: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return err == nil, fmt.Sprint(err)
+	})
 }
 
 // kill sends SIGKILL and waits for the process to go.

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/allot-ipam/allot/internal/testenv"
 	"github.com/allot-ipam/allot/test/realnode"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -55,16 +56,10 @@ func BenchmarkPodStart(b *testing.B) {
 	if out, err := helmCmd(ctx, c, "install", "allot", env.chart, "--namespace", ns, "--values", valuesFile(b, c, env.imageRef)); err != nil {
 		b.Fatalf("helm install: %v\n%s", err, out)
 	}
-	deadline := time.Now().Add(5 * time.Minute)
-	for {
-		if _, err := os.Stat(filepath.Join(c.CNIConfDir, "05-allot.conflist")); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			b.Fatal("the agent never wrote its CNI configuration")
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	testenv.Eventually(b, 5*time.Minute, "the agent to write its CNI configuration", func() (bool, string) {
+		_, err := os.Stat(filepath.Join(c.CNIConfDir, "05-allot.conflist"))
+		return err == nil, fmt.Sprint(err)
+	})
 	if err := c.WaitNodeReady(ctx, true); err != nil {
 		b.Fatal(err)
 	}
@@ -164,12 +159,14 @@ func probe(ctx context.Context, c *realnode.Cluster, want netip.Prefix) error {
 			return fmt.Errorf("probe pod: %w", err)
 		}
 		var got netip.Addr
-		for time.Now().Before(deadline) && !got.IsValid() {
+		pctx, pcancel := context.WithDeadline(ctx, deadline)
+		_ = testenv.Poll(pctx, func() (bool, string) {
 			if p, err := pods.Get(ctx, name, metav1.GetOptions{}); err == nil && p.Status.Phase == corev1.PodRunning {
 				got, _ = netip.ParseAddr(p.Status.PodIP)
 			}
-			time.Sleep(200 * time.Millisecond)
-		}
+			return got.IsValid(), ""
+		})
+		pcancel()
 		if err := deleteAndWait(ctx, c, "bench=probe"); err != nil {
 			return err
 		}
@@ -265,15 +262,14 @@ func deleteAndWait(ctx context.Context, c *realnode.Cluster, selector string) er
 	if err := pods.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: selector}); err != nil {
 		return err
 	}
-	deadline := time.Now().Add(5 * time.Minute)
-	for {
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	err := testenv.Poll(wctx, func() (bool, string) {
 		l, err := pods.List(ctx, metav1.ListOptions{LabelSelector: selector})
-		if err == nil && len(l.Items) == 0 {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("pods %s not gone after 5 minutes", selector)
-		}
-		time.Sleep(500 * time.Millisecond)
+		return err == nil && len(l.Items) == 0, fmt.Sprint(err)
+	})
+	if err != nil {
+		return fmt.Errorf("pods %s not gone: %w", selector, err)
 	}
+	return nil
 }

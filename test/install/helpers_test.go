@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/allot-ipam/allot/internal/testenv"
 	"github.com/allot-ipam/allot/test/realnode"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -40,18 +41,12 @@ type node struct {
 func (n *node) step(what string, timeout time.Duration, cond func() error) {
 	n.t.Helper()
 	start := time.Now()
-	deadline := start.Add(timeout)
-	for {
-		err := cond()
-		if err == nil {
-			n.t.Logf("%s: %v", what, time.Since(start).Round(time.Millisecond))
-			return
-		}
-		if time.Now().After(deadline) || n.ctx.Err() != nil {
-			n.t.Fatalf("%s: not after %v: %v", what, timeout, err)
-		}
-		time.Sleep(500 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(n.ctx, timeout)
+	defer cancel()
+	if err := testenv.Poll(ctx, testenv.CondErr(cond)); err != nil {
+		n.t.Fatalf("%s: not after %v: %v", what, timeout, err)
 	}
+	n.t.Logf("%s: %v", what, time.Since(start).Round(time.Millisecond))
 }
 
 func (n *node) run(name string, args ...string) string {
@@ -255,7 +250,7 @@ func (n *node) checkTraffic(pods []corev1.Pod) {
 					if err == nil {
 						return
 					}
-					time.Sleep(300 * time.Millisecond)
+					time.Sleep(300 * time.Millisecond) // sleep: bounded retries of a pod that may not listen yet
 				}
 				errs <- fmt.Errorf("host to pod %s (IPv%d %s): %w", p.Name, fam, a, err)
 			})
@@ -504,17 +499,10 @@ func newExternalHost(t *testing.T, server string) *externalHost {
 	if err := e.server.Start(); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testenv.Eventually(t, 10*time.Second, "the external host's server", func() (bool, string) {
 		_, err := get(e.url(4))
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("external host's server: %v", err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return err == nil, fmt.Sprint(err)
+	})
 	return e
 }
 

@@ -29,6 +29,7 @@ import (
 	"github.com/allot-ipam/allot/core/daemon"
 	allotv1 "github.com/allot-ipam/allot/core/k8s/apis/allot/v1alpha1"
 	"github.com/allot-ipam/allot/core/operator"
+	"github.com/allot-ipam/allot/internal/testenv"
 	ciliumannotations "github.com/allot-ipam/allot/plugins/policy/ciliumannotations"
 	"github.com/allot-ipam/allot/test/k8senv"
 	"github.com/go-logr/logr"
@@ -182,17 +183,7 @@ func (cl *cluster) allotNode(name string) *allotv1.AllotNode {
 
 func eventually(t *testing.T, what string, timeout time.Duration, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, last := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s; last: %s", timeout, what, last)
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
+	testenv.Eventually(t, timeout, what, cond)
 }
 
 func inBlocks(n *allotv1.AllotNode, pool, addr string) bool {
@@ -510,7 +501,7 @@ func TestThreeNodes(t *testing.T) {
 			t.Fatalf("ADD with the API server down: %v", err)
 		}
 		t.Logf("ADD with the API server down: %v", a.IPs)
-		time.Sleep(5 * time.Second) // past the operator's RenewDeadline: it loses the Lease
+		time.Sleep(5 * time.Second) // sleep: past the operator's real RenewDeadline: it loses the Lease
 		if err := env.StartAPIServer(ctx); err != nil {
 			t.Fatal(err)
 		}

@@ -277,11 +277,11 @@ func (e *eniEnv) scale(ctx context.Context, n *node, want int) error {
 			// As a kubelet's ADD comes after the pod reached the node: let the agent's
 			// informer see it (else it asks the API server, which under -race with 20
 			// agents starting pods at once can be slower than the lookup's deadline).
-			for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-				if n.d.Agent().CachedGet(ctx, types.NamespacedName{Namespace: p.Namespace, Name: p.Name}, &corev1.Pod{}) == nil {
-					break
-				}
-			}
+			cctx, ccancel := context.WithTimeout(ctx, 10*time.Second)
+			_ = testenv.Poll(cctx, func() (bool, string) {
+				return n.d.Agent().CachedGet(ctx, types.NamespacedName{Namespace: p.Namespace, Name: p.Name}, &corev1.Pod{}) == nil, ""
+			})
+			ccancel()
 			if _, err := n.add(ctx, p); err != nil {
 				errs <- fmt.Errorf("%s: ADD %s: %w", n.name, p.Name, err)
 				return
@@ -566,7 +566,7 @@ func TestENIMode(t *testing.T) {
 		m0 := e.mutations()
 		e.startOperator("op-2")
 		// Nothing changed: the new operator reads EC2 and finds every node served.
-		time.Sleep(3 * time.Second)
+		time.Sleep(3 * time.Second) // sleep: checks the new operator makes NO EC2 call meanwhile
 		if got := e.mutations() - m0; got != 0 {
 			t.Errorf("the restarted operator made %d mutating EC2 calls for a cluster that needed none", got)
 		}

@@ -242,7 +242,7 @@ func TestSharedTenNodes(t *testing.T) {
 		if err := se.c.Delete(ctx, db0, ctrlclient.GracePeriodSeconds(0)); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(2 * gcGrace) // the collector runs several times meanwhile
+		time.Sleep(2 * gcGrace) // sleep: checks the collector, running several times meanwhile, keeps them
 		if n := len(se.claimsOf(db0)); n != 2 {
 			t.Fatalf("db-0's claims after its pod was deleted: %d, want 2 (kept for the StatefulSet)", n)
 		}

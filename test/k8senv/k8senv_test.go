@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	allotv1 "github.com/allot-ipam/allot/core/k8s/apis/allot/v1alpha1"
+	"github.com/allot-ipam/allot/internal/testenv"
 	"github.com/allot-ipam/allot/test/k8senv"
 )
 
@@ -155,15 +156,8 @@ func TestRestartEtcd(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The API server's etcd client reconnects with backoff.
-	for {
-		err := c.Get(ctx, client.ObjectKeyFromObject(cm), cm)
-		if err == nil {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("after the etcd restart: %v", err)
-		}
-		time.Sleep(100 * time.Millisecond)
+	if err := testenv.Poll(ctx, testenv.CondErr(func() error { return c.Get(ctx, client.ObjectKeyFromObject(cm), cm) })); err != nil {
+		t.Fatalf("after the etcd restart: %v", err)
 	}
 	if err := c.Create(ctx, newConfigMap("after-etcd")); err != nil {
 		t.Fatalf("create after the etcd restart: %v", err)

@@ -34,6 +34,7 @@ import (
 	"github.com/allot-ipam/allot/core/config"
 	"github.com/allot-ipam/allot/core/daemon"
 	"github.com/allot-ipam/allot/internal/benchutil"
+	"github.com/allot-ipam/allot/internal/testenv"
 )
 
 // cniTimeout is what a runtime gives allot-cni by default (ipam.timeout).
@@ -182,7 +183,7 @@ func overload(b *testing.B, name string, limits config.API, clients, requests in
 						}
 						// A runtime retries a refused DEL after a pause.
 						seq.Add(1)
-						time.Sleep(10 * time.Millisecond)
+						time.Sleep(10 * time.Millisecond) // sleep: the runtime's pause
 					}
 				}
 			}()
@@ -236,10 +237,9 @@ func overload(b *testing.B, name string, limits config.API, clients, requests in
 // waitGoroutines waits until at most want goroutines run (the server keeps idle request
 // goroutines for 10 s), or timeout.
 func waitGoroutines(want int, timeout time.Duration) {
-	deadline := time.Now().Add(timeout)
-	for runtime.NumGoroutine() > want && time.Now().Before(deadline) {
-		time.Sleep(100 * time.Millisecond)
-	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	_ = testenv.Poll(ctx, func() (bool, string) { return runtime.NumGoroutine() <= want, "" })
 }
 
 // measure returns the goroutines and the live heap after two forced collections (the second

@@ -76,8 +76,7 @@ func TestCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	var pods []corev1.Pod
-	deadline := time.Now().Add(3 * time.Minute)
-	for {
+	testenv.Eventually(t, 3*time.Minute, "3 pods Running", func() (bool, string) {
 		l, err := c.Client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=ts"})
 		if err != nil {
 			t.Fatal(err)
@@ -88,15 +87,9 @@ func TestCluster(t *testing.T) {
 				running++
 			}
 		}
-		if running == 3 {
-			pods = l.Items
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("pods not Running: %+v\nkubelet:\n%s", l.Items, c.LogTail("kubelet", 40))
-		}
-		time.Sleep(300 * time.Millisecond)
-	}
+		pods = l.Items
+		return running == 3, fmt.Sprintf("pods not Running: %+v\nkubelet:\n%s", l.Items, c.LogTail("kubelet", 40))
+	})
 	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{Proxy: nil}}
 	for _, p := range pods {
 		var body []byte
@@ -109,7 +102,7 @@ func TestCluster(t *testing.T) {
 					break
 				}
 			}
-			time.Sleep(200 * time.Millisecond)
+			time.Sleep(200 * time.Millisecond) // sleep: bounded retries of a pod that may not listen yet
 		}
 		var who struct{ Addrs []string }
 		if err := json.Unmarshal(body, &who); err != nil || len(who.Addrs) == 0 || !strings.HasPrefix(who.Addrs[0], pods[0].Status.PodIP+"/") {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/allot-ipam/allot/internal/testenv"
 	"github.com/allot-ipam/allot/test/k8senv"
 )
 
@@ -101,7 +102,7 @@ func (p *proc) wait(cmd *exec.Cmd, done chan struct{}, logf *os.File) {
 	if p.onCrash != nil {
 		p.onCrash(p, err)
 	}
-	time.Sleep(time.Second)
+	time.Sleep(time.Second) // sleep: a crashed process restarts after a pause, as a supervisor's would
 	p.mu.Lock()
 	closed = p.closed || p.cmd != nil
 	p.mu.Unlock()
@@ -164,19 +165,7 @@ func childEnv() []string {
 	return out
 }
 
-// waitFor polls cond every 50 ms until it holds or ctx ends; it returns the last reason.
+// waitFor waits until cond holds or ctx ends; its error carries the last reason.
 func waitFor(ctx context.Context, cond func() (bool, string)) error {
-	var last string
-	for {
-		ok, why := cond()
-		if ok {
-			return nil
-		}
-		last = why
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%w; last: %s", ctx.Err(), last)
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
+	return testenv.Poll(ctx, cond)
 }
