@@ -47,50 +47,17 @@ func (p *Pool) AddCIDRWithGateway(c netip.Prefix, gw netip.Addr) error {
 	errf := func(format string, args ...any) error {
 		return fmt.Errorf("allocator: pool %q: "+format, append([]any{p.name}, args...)...)
 	}
-	switch {
-	case !c.IsValid():
-		return errf("add CIDR: invalid prefix %q", c)
-	case c != c.Masked():
-		return errf("add CIDR %s: host bits set (did you mean %s?)", c, c.Masked())
-	case c.Addr().Is4In6():
-		return errf("add CIDR %s: IPv4-mapped IPv6 prefixes are not supported; use the IPv4 form", c)
-	case c.Addr().Is4() != p.is4:
-		return errf("add CIDR %s: not of the pool's family (IPv%d)", c, p.Family())
-	}
-	for i := range p.spans {
-		if o := p.spans[i].prefix; o.Overlaps(c) {
-			if o == c {
-				return errf("add CIDR %s: already in the pool: %w", c, ErrInUse)
-			}
-			return errf("add CIDR %s: overlaps %s of the pool", c, o)
-		}
+	if err := p.checkNewCIDR(c, errf); err != nil {
+		return err
 	}
 	var ns span
 	excl := initSpan(&ns, c, p.is4)
 	first, last := fromAddr(c.Addr()), lastOf(c)
-	clip := func(from, to u128) {
-		if to.cmp(first) < 0 || from.cmp(last) > 0 {
-			return
-		}
-		if from.cmp(first) < 0 {
-			from = first
-		}
-		if to.cmp(last) > 0 {
-			to = last
-		}
-		lo, hi := from.sub(first), to.sub(first)
-		if lo.hi != 0 || lo.lo > ns.last { // beyond the first 2^64: nothing to exclude
-			return
-		}
-		h := ns.last
-		if hi.hi == 0 && hi.lo < h {
-			h = hi.lo
-		}
-		excl = append(excl, interval{lo.lo, h})
-	}
 	for _, r := range p.excludes {
 		if r.From.Is4() == p.is4 {
-			clip(fromAddr(r.From), fromAddr(r.To))
+			if iv, ok := clip(fromAddr(r.From), fromAddr(r.To), first, last, ns.last); ok {
+				excl = append(excl, iv)
+			}
 		}
 	}
 	if g := p.gateway; g.IsValid() && c.Contains(g) {
@@ -113,7 +80,62 @@ func (p *Pool) AddCIDRWithGateway(c netip.Prefix, gw netip.Addr) error {
 		excl = append(excl, interval{d.lo, d.lo})
 	}
 	ns.finish(excl)
+	p.insertSpan(ns, first)
+	p.recount()
+	return nil
+}
 
+// checkNewCIDR refuses a CIDR that is invalid, of the other family or overlapping one of
+// the pool's.
+func (p *Pool) checkNewCIDR(c netip.Prefix, errf func(string, ...any) error) error {
+	switch {
+	case !c.IsValid():
+		return errf("add CIDR: invalid prefix %q", c)
+	case c != c.Masked():
+		return errf("add CIDR %s: host bits set (did you mean %s?)", c, c.Masked())
+	case c.Addr().Is4In6():
+		return errf("add CIDR %s: IPv4-mapped IPv6 prefixes are not supported; use the IPv4 form", c)
+	case c.Addr().Is4() != p.is4:
+		return errf("add CIDR %s: not of the pool's family (IPv%d)", c, p.Family())
+	}
+	for i := range p.spans {
+		if o := p.spans[i].prefix; o.Overlaps(c) {
+			if o == c {
+				return errf("add CIDR %s: already in the pool: %w", c, ErrInUse)
+			}
+			return errf("add CIDR %s: overlaps %s of the pool", c, o)
+		}
+	}
+	return nil
+}
+
+// clip returns the part of the range from-to inside the span first-last, as offsets from
+// first capped at spanLast (the span's last offset); false when nothing of it is in the
+// span's first 2^64 addresses.
+func clip(from, to, first, last u128, spanLast uint64) (interval, bool) {
+	if to.cmp(first) < 0 || from.cmp(last) > 0 {
+		return interval{}, false
+	}
+	if from.cmp(first) < 0 {
+		from = first
+	}
+	if to.cmp(last) > 0 {
+		to = last
+	}
+	lo, hi := from.sub(first), to.sub(first)
+	if lo.hi != 0 || lo.lo > spanLast { // beyond the first 2^64: nothing to exclude
+		return interval{}, false
+	}
+	h := spanLast
+	if hi.hi == 0 && hi.lo < h {
+		h = hi.lo
+	}
+	return interval{lo.lo, h}, true
+}
+
+// insertSpan puts ns, starting at first, in address order and keeps the cursors on the
+// spans they were on.
+func (p *Pool) insertSpan(ns span, first u128) {
 	i, _ := slices.BinarySearchFunc(p.spans, first, func(s span, u u128) int { return s.base.cmp(u) })
 	p.spans = slices.Insert(p.spans, i, ns)
 	// Span indices at or after i moved up by one.
@@ -126,8 +148,6 @@ func (p *Pool) AddCIDRWithGateway(c netip.Prefix, gw netip.Addr) error {
 	if p.curSpan >= len(p.spans) {
 		p.curSpan, p.curOff = 0, 0
 	}
-	p.recount()
-	return nil
 }
 
 // RemoveCIDR removes a CIDR from the pool (a block the node gives back). It is refused,

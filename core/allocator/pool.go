@@ -114,26 +114,9 @@ func New(cfg Config) (*Pool, error) {
 		}
 		return &Pool{name: cfg.Name, is4: cfg.Family == 4}, nil
 	}
-	is4 := cfg.CIDRs[0].Addr().Is4()
-	if cfg.Family != 0 && is4 != (cfg.Family == 4) {
-		return nil, errf("Family: %d does not match CIDRs[0] %s", cfg.Family, cfg.CIDRs[0])
-	}
-	for i, c := range cfg.CIDRs {
-		switch {
-		case !c.IsValid():
-			return nil, errf("CIDRs[%d]: invalid prefix %q", i, c)
-		case c != c.Masked():
-			return nil, errf("CIDRs[%d] %s: host bits set (did you mean %s?)", i, c, c.Masked())
-		case c.Addr().Is4In6():
-			return nil, errf("CIDRs[%d] %s: IPv4-mapped IPv6 prefixes are not supported; use the IPv4 form", i, c)
-		case c.Addr().Is4() != is4:
-			return nil, errf("CIDRs[%d] %s: family differs from CIDRs[0] %s; a pool holds one family", i, c, cfg.CIDRs[0])
-		}
-		for j := range i {
-			if cfg.CIDRs[j].Overlaps(c) {
-				return nil, errf("CIDRs[%d] %s overlaps CIDRs[%d] %s", i, c, j, cfg.CIDRs[j])
-			}
-		}
+	is4, err := checkCIDRs(cfg, errf)
+	if err != nil {
+		return nil, err
 	}
 	p := &Pool{name: cfg.Name, is4: is4, excludes: slices.Clone(cfg.Exclude), gateway: cfg.Gateway}
 
@@ -144,68 +127,102 @@ func New(cfg Config) (*Pool, error) {
 	for i, pf := range prefixes {
 		excl[i] = initSpan(&p.spans[i], pf, is4)
 	}
-
 	for i, r := range cfg.Exclude {
-		if err := r.validate(); err != nil {
-			return nil, errf("Exclude[%d]: %v", i, err)
-		}
-		if r.From.Is4() != is4 {
-			return nil, errf("Exclude[%d] %s: family differs from the pool's (IPv%d)", i, r, p.Family())
-		}
-		// Walk the range through the CIDRs it covers; every address of it
-		// must be inside some CIDR.
-		cur, to := fromAddr(r.From), fromAddr(r.To)
-		for {
-			si := p.spanOf(cur)
-			if si < 0 {
-				return nil, errf("Exclude[%d] %s: %s is not inside any CIDR of the pool", i, r, cur.addr(is4))
-			}
-			s := &p.spans[si]
-			end := lastOf(s.prefix)
-			if to.cmp(end) < 0 {
-				end = to
-			}
-			if d := cur.sub(s.base); d.hi == 0 && d.lo <= s.last { // else beyond the first 2^64: nothing to exclude
-				e := end.sub(s.base)
-				hi := s.last
-				if e.hi == 0 && e.lo < hi {
-					hi = e.lo
-				}
-				excl[si] = append(excl[si], interval{d.lo, hi})
-			}
-			if end == to {
-				break
-			}
-			cur = end.add64(1)
+		if err := p.exclude(excl, i, r, errf); err != nil {
+			return nil, err
 		}
 	}
-
 	if g := cfg.Gateway; g.IsValid() {
-		if g.Zone() != "" || g.Is4() != is4 {
-			return nil, errf("Gateway %s: must be an unzoned IPv%d address", g, p.Family())
-		}
-		u := fromAddr(g)
-		si := p.spanOf(u)
-		if si < 0 {
-			return nil, errf("Gateway %s: not inside any CIDR of the pool", g)
-		}
-		s := &p.spans[si]
-		if d := u.sub(s.base); d.hi == 0 && d.lo <= s.last {
-			if s.ends && (d.lo == 0 || d.lo == s.last) {
-				return nil, errf("Gateway %s: is the network or broadcast address of %s", g, s.prefix)
-			}
-			if s.anycast && d.lo == 0 {
-				return nil, errf("Gateway %s: is the subnet-router anycast address of %s", g, s.prefix)
-			}
-			excl[si] = append(excl[si], interval{d.lo, d.lo})
+		if err := p.excludeGateway(excl, g, errf); err != nil {
+			return nil, err
 		}
 	}
-
 	for i := range p.spans {
 		p.spans[i].finish(excl[i])
 	}
 	p.recount()
 	return p, nil
+}
+
+// checkCIDRs checks cfg.CIDRs (valid, masked, one family, disjoint) against cfg.Family and
+// returns whether the pool is IPv4.
+func checkCIDRs(cfg Config, errf func(string, ...any) error) (bool, error) {
+	is4 := cfg.CIDRs[0].Addr().Is4()
+	if cfg.Family != 0 && is4 != (cfg.Family == 4) {
+		return false, errf("Family: %d does not match CIDRs[0] %s", cfg.Family, cfg.CIDRs[0])
+	}
+	for i, c := range cfg.CIDRs {
+		switch {
+		case !c.IsValid():
+			return false, errf("CIDRs[%d]: invalid prefix %q", i, c)
+		case c != c.Masked():
+			return false, errf("CIDRs[%d] %s: host bits set (did you mean %s?)", i, c, c.Masked())
+		case c.Addr().Is4In6():
+			return false, errf("CIDRs[%d] %s: IPv4-mapped IPv6 prefixes are not supported; use the IPv4 form", i, c)
+		case c.Addr().Is4() != is4:
+			return false, errf("CIDRs[%d] %s: family differs from CIDRs[0] %s; a pool holds one family", i, c, cfg.CIDRs[0])
+		}
+		for j := range i {
+			if cfg.CIDRs[j].Overlaps(c) {
+				return false, errf("CIDRs[%d] %s overlaps CIDRs[%d] %s", i, c, j, cfg.CIDRs[j])
+			}
+		}
+	}
+	return is4, nil
+}
+
+// exclude adds Exclude[i] (r) to the exclusions of the spans it covers; every address of it
+// must be inside some CIDR.
+func (p *Pool) exclude(excl [][]interval, i int, r Range, errf func(string, ...any) error) error {
+	if err := r.validate(); err != nil {
+		return errf("Exclude[%d]: %v", i, err)
+	}
+	if r.From.Is4() != p.is4 {
+		return errf("Exclude[%d] %s: family differs from the pool's (IPv%d)", i, r, p.Family())
+	}
+	cur, to := fromAddr(r.From), fromAddr(r.To)
+	for {
+		si := p.spanOf(cur)
+		if si < 0 {
+			return errf("Exclude[%d] %s: %s is not inside any CIDR of the pool", i, r, cur.addr(p.is4))
+		}
+		s := &p.spans[si]
+		end := lastOf(s.prefix)
+		if to.cmp(end) < 0 {
+			end = to
+		}
+		if iv, ok := clip(cur, end, s.base, end, s.last); ok {
+			excl[si] = append(excl[si], iv)
+		}
+		if end == to {
+			return nil
+		}
+		cur = end.add64(1)
+	}
+}
+
+// excludeGateway keeps the gateway g from being handed out; it may not be an address the
+// span reserves already (network, broadcast, subnet-router anycast).
+func (p *Pool) excludeGateway(excl [][]interval, g netip.Addr, errf func(string, ...any) error) error {
+	if g.Zone() != "" || g.Is4() != p.is4 {
+		return errf("Gateway %s: must be an unzoned IPv%d address", g, p.Family())
+	}
+	u := fromAddr(g)
+	si := p.spanOf(u)
+	if si < 0 {
+		return errf("Gateway %s: not inside any CIDR of the pool", g)
+	}
+	s := &p.spans[si]
+	if d := u.sub(s.base); d.hi == 0 && d.lo <= s.last {
+		if s.ends && (d.lo == 0 || d.lo == s.last) {
+			return errf("Gateway %s: is the network or broadcast address of %s", g, s.prefix)
+		}
+		if s.anycast && d.lo == 0 {
+			return errf("Gateway %s: is the subnet-router anycast address of %s", g, s.prefix)
+		}
+		excl[si] = append(excl[si], interval{d.lo, d.lo})
+	}
+	return nil
 }
 
 // initSpan sets up s for prefix pf and returns its built-in exclusions
