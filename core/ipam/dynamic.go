@@ -210,57 +210,23 @@ func (m *Manager) addCIDR(name string, c netip.Prefix, ad *Addressing) error {
 	if err != nil {
 		return err
 	}
-	setAddressing := func() {
-		if ad == nil {
-			return
-		}
-		if p.addressing == nil {
-			p.addressing = map[netip.Prefix]Addressing{}
-		}
-		p.addressing[c] = *ad
-	}
 	if slices.Contains(p.prefix, c) {
-		setAddressing()
+		p.setAddressing(c, ad)
 		return nil
 	}
-	for _, ok := range m.poolKeys {
-		for _, o := range m.pools[ok].prefix {
-			if o.Overlaps(c) {
-				return fmt.Errorf("ipam: pool %q: block %s overlaps %s of pool %q; pools must not overlap", name, c, o, ok.name)
-			}
-		}
+	if err := m.overlapLocked(name, c); err != nil {
+		return err
 	}
-	// Addresses held before the block was known (restored from the store) are taken
-	// before anything is handed out from it.
-	var held []netip.Addr
-	for a := range m.holders {
-		if c.Contains(a) {
-			held = append(held, a)
-		}
-	}
-	slices.SortFunc(held, netip.Addr.Compare)
+	held := m.heldInLocked(c)
 	var gw netip.Addr
 	if ad == nil && m.opts.Dynamic.BlockGateway {
-		gw = BlockGateway(c)
-		if reserve, pad, ok := m.blockAddressingLocked(k, c); ok {
-			// The pool's object names the gateway (IPPool spec.ipvN.gateway).
-			gw, ad = reserve, pad
-		}
-		if gw.IsValid() && slices.Contains(held, gw) {
-			// A pod of a version that did not reserve gateways holds it: the block keeps
-			// no gateway rather than losing track of that pod's address.
-			m.log.Warn("block gateway held by a pod; the block's pods get no gateway", "pool", name, "cidr", c, "addr", gw)
-			gw = netip.Addr{}
-		}
-		if gw.IsValid() && ad == nil {
-			ad = &Addressing{Bits: c.Bits(), Gateway: gw}
-		}
+		gw, ad = m.blockGatewayLocked(k, c, held)
 	}
 	if err := p.alloc.AddCIDRWithGateway(c, gw); err != nil {
 		return fmt.Errorf("ipam: %w", err)
 	}
 	p.prefix = p.alloc.CIDRs()
-	setAddressing()
+	p.setAddressing(c, ad)
 	for _, a := range held {
 		if err := p.alloc.Allocate(a); err != nil && !errors.Is(err, allocator.ErrExcluded) {
 			m.log.Warn("marking a held address in a new block", "addr", a, "pool", name, "err", err)
@@ -275,6 +241,63 @@ func (m *Manager) addCIDR(name string, c netip.Prefix, ad *Addressing) error {
 	m.updatePoolMetricsLocked()
 	m.changedLocked()
 	return nil
+}
+
+// setAddressing records how block c's addresses are presented (nil: the block's own).
+func (p *pool) setAddressing(c netip.Prefix, ad *Addressing) {
+	if ad == nil {
+		return
+	}
+	if p.addressing == nil {
+		p.addressing = map[netip.Prefix]Addressing{}
+	}
+	p.addressing[c] = *ad
+}
+
+// overlapLocked refuses block c of pool name when it overlaps a block of any pool.
+func (m *Manager) overlapLocked(name string, c netip.Prefix) error {
+	for _, ok := range m.poolKeys {
+		for _, o := range m.pools[ok].prefix {
+			if o.Overlaps(c) {
+				return fmt.Errorf("ipam: pool %q: block %s overlaps %s of pool %q; pools must not overlap", name, c, o, ok.name)
+			}
+		}
+	}
+	return nil
+}
+
+// heldInLocked returns, in order, the addresses of c held before the block was known
+// (restored from the store): they are taken before anything is handed out from it.
+func (m *Manager) heldInLocked(c netip.Prefix) []netip.Addr {
+	var held []netip.Addr
+	for a := range m.holders {
+		if c.Contains(a) {
+			held = append(held, a)
+		}
+	}
+	slices.SortFunc(held, netip.Addr.Compare)
+	return held
+}
+
+// blockGatewayLocked picks the gateway block c of pool k reserves, and the addressing that
+// presents it, when the block brings no addressing of its own.
+func (m *Manager) blockGatewayLocked(k poolKey, c netip.Prefix, held []netip.Addr) (netip.Addr, *Addressing) {
+	var ad *Addressing
+	gw := BlockGateway(c)
+	if reserve, pad, ok := m.blockAddressingLocked(k, c); ok {
+		// The pool's object names the gateway (IPPool spec.ipvN.gateway).
+		gw, ad = reserve, pad
+	}
+	if gw.IsValid() && slices.Contains(held, gw) {
+		// A pod of a version that did not reserve gateways holds it: the block keeps
+		// no gateway rather than losing track of that pod's address.
+		m.log.Warn("block gateway held by a pod; the block's pods get no gateway", "pool", k.name, "cidr", c, "addr", gw)
+		gw = netip.Addr{}
+	}
+	if gw.IsValid() && ad == nil {
+		ad = &Addressing{Bits: c.Bits(), Gateway: gw}
+	}
+	return gw, ad
 }
 
 // Addressing is how the addresses of one block are presented to pods: with prefix length
@@ -426,36 +449,8 @@ func (m *Manager) changedLocked() {
 // exhausted. It counts the request as pending, waits for an address to become free and
 // tries again, until it gets one or the wait is over. It returns with m.mu held.
 func (m *Manager) waitAndTakeLocked(ctx context.Context, req *api.AllocateRequest, d policy.PodDecision, requested []netip.Addr) ([]store.Address, error) {
-	var keys []poolKey
-	for _, fc := range []struct {
-		f policy.Family
-		c []policy.Candidate
-	}{{policy.IPv4, d.IPv4}, {policy.IPv6, d.IPv6}} {
-		if len(fc.c) > 0 {
-			keys = append(keys, poolKey{fc.c[0].Pool, fc.f})
-		}
-	}
-	for _, k := range keys {
-		m.pending[k]++
-	}
-	m.waiters++
-	since := m.opts.Now()
-	m.waitingSince[since]++
-	m.waitMetricsLocked(keys)
-	m.changedLocked()
-	defer func() {
-		for _, k := range keys {
-			if m.pending[k]--; m.pending[k] <= 0 {
-				delete(m.pending, k)
-			}
-		}
-		m.waiters--
-		if m.waitingSince[since]--; m.waitingSince[since] <= 0 {
-			delete(m.waitingSince, since)
-		}
-		m.waitMetricsLocked(keys)
-		m.changedLocked()
-	}()
+	keys := waitedPools(d)
+	defer m.waitingLocked(keys)()
 
 	wait := m.opts.Dynamic.Wait
 	if wait <= 0 {
@@ -488,6 +483,46 @@ func (m *Manager) waitAndTakeLocked(ctx context.Context, req *api.AllocateReques
 			return nil, api.Errorf(api.CodeExhausted, "%s; requested a new block from the operator, none arrived within %s",
 				m.waitMessageLocked(keys), wait)
 		}
+	}
+}
+
+// waitedPools are the pools a request waits on: each family's first candidate.
+func waitedPools(d policy.PodDecision) []poolKey {
+	var keys []poolKey
+	for _, fc := range []struct {
+		f policy.Family
+		c []policy.Candidate
+	}{{policy.IPv4, d.IPv4}, {policy.IPv6, d.IPv6}} {
+		if len(fc.c) > 0 {
+			keys = append(keys, poolKey{fc.c[0].Pool, fc.f})
+		}
+	}
+	return keys
+}
+
+// waitingLocked counts a request as pending on keys, the demand the agent reports, and
+// returns the function that stops counting it; both are called with m.mu held.
+func (m *Manager) waitingLocked(keys []poolKey) (stop func()) {
+	for _, k := range keys {
+		m.pending[k]++
+	}
+	m.waiters++
+	since := m.opts.Now()
+	m.waitingSince[since]++
+	m.waitMetricsLocked(keys)
+	m.changedLocked()
+	return func() {
+		for _, k := range keys {
+			if m.pending[k]--; m.pending[k] <= 0 {
+				delete(m.pending, k)
+			}
+		}
+		m.waiters--
+		if m.waitingSince[since]--; m.waitingSince[since] <= 0 {
+			delete(m.waitingSince, since)
+		}
+		m.waitMetricsLocked(keys)
+		m.changedLocked()
 	}
 }
 

@@ -297,15 +297,28 @@ func (m *Manager) allocate(ctx context.Context, req *api.AllocateRequest) (*api.
 		defer m.done(owner)
 		return m.allocationOf(h.rec), nil
 	}
+	m.mu.Unlock()
+	rec, err := m.reserve(ctx, req, owner, requested)
+	if err != nil {
+		return nil, err
+	}
+	// Not the request's context: see the package doc.
+	perr := m.opts.Store.Put(context.WithoutCancel(ctx), rec)
+	return m.hold(rec, perr)
+}
+
+// reserve takes the addresses the policy's decision for req points at (waiting for a new
+// block when a dynamic pool is exhausted) and returns the record to persist. It is called
+// with the owner's slot acquired and m.mu unlocked; on error it gives the slot back.
+func (m *Manager) reserve(ctx context.Context, req *api.AllocateRequest, owner store.Owner, requested []netip.Addr) (store.Record, error) {
 	release := func() {
 		m.mu.Lock()
 		m.done(owner)
 		m.mu.Unlock()
 	}
-	m.mu.Unlock()
 	if err := m.waitReady(ctx); err != nil {
 		release()
-		return nil, err
+		return store.Record{}, err
 	}
 	m.mu.Lock()
 	views := m.poolViewsLocked()
@@ -314,31 +327,32 @@ func (m *Manager) allocate(ctx context.Context, req *api.AllocateRequest) (*api.
 	decision, err := m.decide(ctx, req, views)
 	if err != nil {
 		release()
-		return nil, err
+		return store.Record{}, err
 	}
 
 	m.mu.Lock()
+	defer m.mu.Unlock()
 	addrs, err := m.takeLocked(req, decision, requested)
 	if err != nil && m.opts.Dynamic != nil && api.CodeOf(err) == api.CodeExhausted {
 		addrs, err = m.waitAndTakeLocked(ctx, req, decision, requested)
 	}
 	if err != nil {
 		m.done(owner)
-		m.mu.Unlock()
-		return nil, err
+		return store.Record{}, err
 	}
-	rec := store.Record{
+	return store.Record{
 		Owner:     owner,
 		Network:   req.Network,
 		Pod:       store.Pod{Namespace: req.Pod.Namespace, Name: req.Pod.Name, UID: req.Pod.UID},
 		Addresses: addrs,
 		Created:   m.opts.Now().UTC(),
-	}
-	m.mu.Unlock()
+	}, nil
+}
 
-	// Not the request's context: see the package doc.
-	perr := m.opts.Store.Put(context.WithoutCancel(ctx), rec)
-
+// hold makes rec's addresses its owner's once persisted (perr nil), or returns them to their
+// pools; either way it gives the owner's slot back.
+func (m *Manager) hold(rec store.Record, perr error) (*api.Allocation, error) {
+	owner, addrs := rec.Owner, rec.Addresses
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	defer m.done(owner)
@@ -358,7 +372,7 @@ func (m *Manager) allocate(ctx context.Context, req *api.AllocateRequest) (*api.
 	}
 	m.updatePoolMetricsLocked()
 	m.changedLocked()
-	m.log.Debug("allocated", "owner", owner.String(), "network", req.Network, "pod", req.Pod.Namespace+"/"+req.Pod.Name, "addresses", addrStrings(addrs))
+	m.log.Debug("allocated", "owner", owner.String(), "network", rec.Network, "pod", rec.Pod.Namespace+"/"+rec.Pod.Name, "addresses", addrStrings(addrs))
 	return m.allocationOf(rec), nil
 }
 
