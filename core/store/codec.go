@@ -211,39 +211,8 @@ func decodeRecordRaw(key, value []byte) (Record, error) {
 		return Record{}, err
 	}
 	var w wireRecord
-	dec := json.NewDecoder(bytes.NewReader(value))
-	// Strict: an unknown field within a known version means corruption or a
-	// writer that forgot to bump the version; either way, say so.
-	dec.DisallowUnknownFields()
-	err = dec.Decode(&w)
-	if err == nil && dec.More() {
-		err = &FieldError{Field: "value", Reason: "trailing data after the record"}
-	}
-	if err != nil {
-		// A record from another version fails the strict decode for
-		// reasons that are not the point; report the version instead.
-		var head struct {
-			V *int `json:"v"`
-		}
-		if json.Unmarshal(value, &head) == nil {
-			if head.V == nil {
-				return Record{}, &FieldError{Field: "v", Reason: "missing"}
-			}
-			if *head.V != recordVersion {
-				return Record{}, versionError(*head.V)
-			}
-		}
-		var fe *FieldError
-		if errors.As(err, &fe) {
-			return Record{}, fe
-		}
-		return Record{}, jsonFieldError(err)
-	}
-	if w.V == 0 { // version 0 never existed: the field is absent
-		return Record{}, &FieldError{Field: "v", Reason: "missing"}
-	}
-	if w.V != recordVersion {
-		return Record{}, versionError(w.V)
+	if err := decodeWire(value, &w); err != nil {
+		return Record{}, err
 	}
 	got := Owner{ContainerID: w.Owner.ContainerID, IfName: w.Owner.IfName}
 	if got != owner {
@@ -256,18 +225,9 @@ func decodeRecordRaw(key, value []byte) (Record, error) {
 		Created: w.Created,
 	}
 	for i, wa := range w.Addresses {
-		f := fmt.Sprintf("addresses[%d].", i)
-		p, err := netip.ParsePrefix(wa.Prefix)
+		a, err := wa.address(i)
 		if err != nil {
-			return Record{}, &FieldError{Field: f + "prefix", Reason: err.Error()}
-		}
-		a := Address{Pool: wa.Pool, Prefix: p}
-		if wa.Gateway != "" {
-			g, err := netip.ParseAddr(wa.Gateway)
-			if err != nil {
-				return Record{}, &FieldError{Field: f + "gateway", Reason: err.Error()}
-			}
-			a.Gateway = g
+			return Record{}, err
 		}
 		r.Addresses = append(r.Addresses, a)
 	}
@@ -276,6 +236,67 @@ func decodeRecordRaw(key, value []byte) (Record, error) {
 		return Record{}, err
 	}
 	return r, nil
+}
+
+// decodeWire decodes value strictly into w, of this version.
+func decodeWire(value []byte, w *wireRecord) error {
+	dec := json.NewDecoder(bytes.NewReader(value))
+	// Strict: an unknown field within a known version means corruption or a
+	// writer that forgot to bump the version; either way, say so.
+	dec.DisallowUnknownFields()
+	err := dec.Decode(w)
+	if err == nil && dec.More() {
+		err = &FieldError{Field: "value", Reason: "trailing data after the record"}
+	}
+	if err != nil {
+		return strictDecodeError(value, err)
+	}
+	if w.V == 0 { // version 0 never existed: the field is absent
+		return &FieldError{Field: "v", Reason: "missing"}
+	}
+	if w.V != recordVersion {
+		return versionError(w.V)
+	}
+	return nil
+}
+
+// strictDecodeError explains why value failed the strict decode with err. A record from
+// another version fails it for reasons that are not the point; report the version instead.
+func strictDecodeError(value []byte, err error) error {
+	var head struct {
+		V *int `json:"v"`
+	}
+	if json.Unmarshal(value, &head) == nil {
+		if head.V == nil {
+			return &FieldError{Field: "v", Reason: "missing"}
+		}
+		if *head.V != recordVersion {
+			return versionError(*head.V)
+		}
+	}
+	var fe *FieldError
+	if errors.As(err, &fe) {
+		return fe
+	}
+	return jsonFieldError(err)
+}
+
+// address converts addresses[i].
+func (wa wireAddress) address(i int) (Address, error) {
+	f := fmt.Sprintf("addresses[%d].", i)
+	p, err := netip.ParsePrefix(wa.Prefix)
+	if err != nil {
+		return Address{}, &FieldError{Field: f + "prefix", Reason: err.Error()}
+	}
+	a := Address{Pool: wa.Pool, Prefix: p}
+	if wa.Gateway != "" {
+		g, err := netip.ParseAddr(wa.Gateway)
+		if err != nil {
+			return Address{}, &FieldError{Field: f + "gateway", Reason: err.Error()}
+		}
+		a.Gateway = g
+	}
+	return a, nil
 }
 
 func versionError(v int) error {

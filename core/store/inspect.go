@@ -207,19 +207,7 @@ func parseMeta(b []byte) (boltMeta, error) {
 // page sizes are tried for it.
 func readMetas(r io.ReaderAt, size int64) (boltMeta, []string, bool) {
 	var problems []string
-	buf := make([]byte, pageHeaderSize+metaSize)
-	read := func(off int64) ([]byte, error) {
-		if off+int64(len(buf)) > size {
-			return nil, fmt.Errorf("file ends at byte %d", size)
-		}
-		if _, err := r.ReadAt(buf, off); err != nil {
-			return nil, err
-		}
-		if flags := binary.LittleEndian.Uint16(buf[8:]); flags != metaPageFlag {
-			return nil, fmt.Errorf("page flags %#x are not those of a meta page", flags)
-		}
-		return buf[pageHeaderSize:], nil
-	}
+	mr := metaReader{r: r, size: size, buf: make([]byte, pageHeaderSize+metaSize)}
 	// The magic alone tells a damaged bbolt file from something else entirely.
 	magicSeen := false
 	if size >= pageHeaderSize+4 {
@@ -228,7 +216,7 @@ func readMetas(r io.ReaderAt, size int64) (boltMeta, []string, bool) {
 			magicSeen = binary.LittleEndian.Uint32(b) == boltMagic
 		}
 	}
-	m0body, err := read(0)
+	m0body, err := mr.read(0)
 	var m0 boltMeta
 	if err == nil {
 		m0, err = parseMeta(m0body)
@@ -240,10 +228,47 @@ func readMetas(r io.ReaderAt, size int64) (boltMeta, []string, bool) {
 	if err == nil {
 		sizes = []int64{int64(m0.pageSize)}
 	}
+	m1, magic1, err1 := mr.meta1(sizes)
+	magicSeen = magicSeen || magic1
+	if err1 != nil {
+		problems = append(problems, "meta page 1: "+err1.Error())
+	}
+	m, problem := chooseMeta(m0, err, m1, err1)
+	if problem != "" {
+		problems = append(problems, problem)
+	}
+	return m, problems, magicSeen
+}
+
+// metaReader reads meta pages of a file of size bytes into buf.
+type metaReader struct {
+	r    io.ReaderAt
+	size int64
+	buf  []byte
+}
+
+// read returns the body of the meta page at off.
+func (mr metaReader) read(off int64) ([]byte, error) {
+	if off+int64(len(mr.buf)) > mr.size {
+		return nil, fmt.Errorf("file ends at byte %d", mr.size)
+	}
+	if _, err := mr.r.ReadAt(mr.buf, off); err != nil {
+		return nil, err
+	}
+	if flags := binary.LittleEndian.Uint16(mr.buf[8:]); flags != metaPageFlag {
+		return nil, fmt.Errorf("page flags %#x are not those of a meta page", flags)
+	}
+	return mr.buf[pageHeaderSize:], nil
+}
+
+// meta1 looks for meta page 1 one page in, for each of the page sizes, and tells whether a
+// page it read carries the bbolt magic.
+func (mr metaReader) meta1(sizes []int64) (boltMeta, bool, error) {
 	var m1 boltMeta
 	var err1 error = errors.New("not found")
+	magicSeen := false
 	for _, ps := range sizes {
-		body, rerr := read(ps)
+		body, rerr := mr.read(ps)
 		if rerr != nil {
 			err1 = rerr
 			continue
@@ -255,21 +280,23 @@ func readMetas(r io.ReaderAt, size int64) (boltMeta, []string, bool) {
 			err1 = fmt.Errorf("page size %d does not match its position", m1.pageSize)
 		}
 	}
-	if err1 != nil {
-		problems = append(problems, "meta page 1: "+err1.Error())
-	}
+	return m1, magicSeen, err1
+}
+
+// chooseMeta picks the meta page bbolt would use of the two read (err0, err1: why one is
+// unusable), and names a disagreement between them; the zero boltMeta when neither is usable.
+func chooseMeta(m0 boltMeta, err0 error, m1 boltMeta, err1 error) (boltMeta, string) {
 	switch {
-	case err == nil && err1 == nil && m0.pageSize != m1.pageSize:
-		problems = append(problems, fmt.Sprintf("meta pages disagree on the page size (%d, %d)", m0.pageSize, m1.pageSize))
-		return pickMeta(m0, m1), problems, magicSeen
-	case err == nil && err1 == nil:
-		return pickMeta(m0, m1), problems, magicSeen
-	case err == nil:
-		return m0, problems, magicSeen
+	case err0 == nil && err1 == nil && m0.pageSize != m1.pageSize:
+		return pickMeta(m0, m1), fmt.Sprintf("meta pages disagree on the page size (%d, %d)", m0.pageSize, m1.pageSize)
+	case err0 == nil && err1 == nil:
+		return pickMeta(m0, m1), ""
+	case err0 == nil:
+		return m0, ""
 	case err1 == nil:
-		return m1, problems, magicSeen
+		return m1, ""
 	}
-	return boltMeta{}, problems, magicSeen
+	return boltMeta{}, ""
 }
 
 func pickMeta(a, b boltMeta) boltMeta {
@@ -507,27 +534,34 @@ func inspectData(r io.ReaderAt, data []byte, size int64, path string, decode boo
 	if meta.freelist != noFreelist {
 		w.checkFreelist(meta.freelist)
 	}
+	w.walkBuckets(meta.root)
+	return rep
+}
 
+// walkBuckets walks the root tree at page root: the meta bucket's schema, then every
+// record.
+func (w *walker) walkBuckets(root uint64) {
+	rep := w.rep
 	buckets := map[string]entry{}
 	var names []string
-	w.walkTree(meta.root, nil, nil, nil, func(e entry) {
+	w.walkTree(root, nil, nil, nil, func(e entry) {
 		buckets[string(e.key)] = e
 		names = append(names, string(e.key))
 	}, func(page uint64, _, _ []byte, why error) {
 		rep.Problems = append(rep.Problems, fmt.Sprintf("root page %d: %v", page, why))
 	})
 	if len(rep.Problems) > 0 && len(names) == 0 {
-		return rep
+		return
 	}
 	if len(names) == 0 {
 		rep.Fresh = true
-		return rep
+		return
 	}
 	metaB, hasMeta := buckets[string(metaBucket)]
 	if !hasMeta {
 		rep.Foreign = true
 		rep.Problems = append(rep.Problems, fmt.Sprintf("a bbolt database of another program: buckets %s, no %q bucket", quoteAll(names), metaBucket))
-		return rep
+		return
 	}
 	for _, n := range names {
 		if n != string(metaBucket) && n != string(recordsBucket) {
@@ -538,11 +572,10 @@ func inspectData(r io.ReaderAt, data []byte, size int64, path string, decode boo
 	recB, ok := buckets[string(recordsBucket)]
 	if !ok {
 		rep.Problems = append(rep.Problems, fmt.Sprintf("no %q bucket", recordsBucket))
-		return rep
+		return
 	}
 	w.readRecords(recB)
 	sort.Slice(rep.Lost, func(i, j int) bool { return lossKey(rep.Lost[i]) < lossKey(rep.Lost[j]) })
-	return rep
 }
 
 // recordMarker starts every stored record value: encodeRecord writes the version first.

@@ -184,62 +184,25 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if path == "" {
-		return nil, fmt.Errorf("store: open: %w", &FieldError{Field: "path", Reason: "must not be empty"})
-	}
-	if opts.MaxBatch < 0 {
-		return nil, fmt.Errorf("store: open: %w", &FieldError{Field: "MaxBatch", Reason: "must not be negative"})
-	}
-	if opts.MaxBatch == 0 {
-		opts.MaxBatch = DefaultMaxBatch
-	}
-	if opts.LockTimeout <= 0 {
-		opts.LockTimeout = DefaultLockTimeout
+	opts, err := opts.withDefaults(path)
+	if err != nil {
+		return nil, fmt.Errorf("store: open: %w", err)
 	}
 	logger := opts.Logger
 	if logger == nil {
 		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	logger = logger.With("component", "store", "path", path)
-	tuning := defaultTuning
-	if opts.tuning != nil {
-		tuning = *opts.tuning
-	}
-
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("store: create directory %s: %w", dir, diskErr(err))
-	}
-	bo := &bolt.Options{
-		Timeout:        opts.LockTimeout,
-		NoSync:         opts.NoSync,
-		FreelistType:   tuning.freelist,
-		NoFreelistSync: tuning.noFreelistSync,
-	}
-	created, err := createIfMissing(path, bo)
+	db, created, err := openDB(path, opts)
 	if err != nil {
 		return nil, err
 	}
-	db, err := openChecked(path, bo)
-	if err != nil {
-		return nil, err
-	}
-	if err := initSchema(db); err != nil {
-		_ = db.Close()
-		return nil, fmt.Errorf("store: %s: %w", path, err)
-	}
-
 	s := &Store{
-		path:     path,
-		db:       db,
-		log:      logger,
-		maxBatch: opts.MaxBatch,
-		maxGroupDelay: func() time.Duration {
-			if opts.MaxGroupDelay == 0 {
-				return DefaultMaxGroupDelay
-			}
-			return opts.MaxGroupDelay
-		}(),
+		path:          path,
+		db:            db,
+		log:           logger,
+		maxBatch:      opts.MaxBatch,
+		maxGroupDelay: opts.MaxGroupDelay,
 		// The queue holds a few batches' worth so bursts do not block
 		// callers on the channel; past that, senders wait (backpressure).
 		queue:    make(chan *op, 4*opts.MaxBatch),
@@ -249,6 +212,58 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	go s.commitLoop()
 	logger.Debug("store opened", "created", created, "nosync", opts.NoSync, "max_batch", opts.MaxBatch)
 	return s, nil
+}
+
+// withDefaults checks o for a store at path and fills the limits left at zero.
+func (o Options) withDefaults(path string) (Options, error) {
+	if path == "" {
+		return o, &FieldError{Field: "path", Reason: "must not be empty"}
+	}
+	if o.MaxBatch < 0 {
+		return o, &FieldError{Field: "MaxBatch", Reason: "must not be negative"}
+	}
+	if o.MaxBatch == 0 {
+		o.MaxBatch = DefaultMaxBatch
+	}
+	if o.LockTimeout <= 0 {
+		o.LockTimeout = DefaultLockTimeout
+	}
+	if o.MaxGroupDelay == 0 {
+		o.MaxGroupDelay = DefaultMaxGroupDelay
+	}
+	return o, nil
+}
+
+// openDB opens (creating when missing) and checks the bolt file at path, with its
+// schema in place; created tells whether the file is new.
+func openDB(path string, opts Options) (db *bolt.DB, created bool, err error) {
+	tuning := defaultTuning
+	if opts.tuning != nil {
+		tuning = *opts.tuning
+	}
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, false, fmt.Errorf("store: create directory %s: %w", dir, diskErr(err))
+	}
+	bo := &bolt.Options{
+		Timeout:        opts.LockTimeout,
+		NoSync:         opts.NoSync,
+		FreelistType:   tuning.freelist,
+		NoFreelistSync: tuning.noFreelistSync,
+	}
+	created, err = createIfMissing(path, bo)
+	if err != nil {
+		return nil, false, err
+	}
+	db, err = openChecked(path, bo)
+	if err != nil {
+		return nil, false, err
+	}
+	if err := initSchema(db); err != nil {
+		_ = db.Close()
+		return nil, false, fmt.Errorf("store: %s: %w", path, err)
+	}
+	return db, created, nil
 }
 
 // initSchema creates the buckets on a new file and checks the schema version
