@@ -132,30 +132,67 @@ type Agent struct {
 
 // New prepares the agent: clients and informer cache (not started).
 func New(opts Options) (*Agent, error) {
-	if opts.NodeName == "" {
-		return nil, errors.New("agent: node name is required")
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
 	}
-	if opts.RESTConfig == nil {
-		return nil, errors.New("agent: RESTConfig is required")
+	live, c, err := newClients(opts)
+	if err != nil {
+		return nil, err
 	}
-	if opts.Logger == nil {
-		opts.Logger = slog.Default()
+	a := &Agent{
+		opts:      opts,
+		log:       opts.Logger,
+		cache:     c,
+		live:      live,
+		loop:      newLoop(opts.Debounce, opts.Resync),
+		reclaim:   make(chan struct{}, 1),
+		nodeRead:  make(chan struct{}),
+		releasing: map[blockKey]bool{},
+		stale:     map[api.Owner]time.Time{},
+		reported:  map[string]bool{},
+		metrics:   newMetrics(opts.Registerer),
 	}
-	if opts.Now == nil {
-		opts.Now = time.Now
+	if opts.Shared != nil {
+		if a.shared, err = a.newShared(); err != nil {
+			return nil, err
+		}
 	}
-	if opts.Debounce <= 0 {
-		opts.Debounce = 100 * time.Millisecond
+	return a, nil
+}
+
+// withDefaults checks the required options and fills the others left at zero.
+func (o Options) withDefaults() (Options, error) {
+	if o.NodeName == "" {
+		return o, errors.New("agent: node name is required")
 	}
-	if opts.ReclaimGrace <= 0 {
-		opts.ReclaimGrace = 30 * time.Second
+	if o.RESTConfig == nil {
+		return o, errors.New("agent: RESTConfig is required")
 	}
-	if opts.ReclaimInterval <= 0 {
-		opts.ReclaimInterval = time.Minute
+	if o.Logger == nil {
+		o.Logger = slog.Default()
 	}
-	if opts.Resync <= 0 {
-		opts.Resync = 5 * time.Minute
+	if o.Now == nil {
+		o.Now = time.Now
 	}
+	if o.Debounce <= 0 {
+		o.Debounce = 100 * time.Millisecond
+	}
+	if o.ReclaimGrace <= 0 {
+		o.ReclaimGrace = 30 * time.Second
+	}
+	if o.ReclaimInterval <= 0 {
+		o.ReclaimInterval = time.Minute
+	}
+	if o.Resync <= 0 {
+		o.Resync = 5 * time.Minute
+	}
+	return o, nil
+}
+
+// newClients builds the agent's client of the API server and its informer cache of this
+// node's objects.
+func newClients(opts Options) (client.Client, cache.Cache, error) {
 	scheme := k8s.NewScheme()
 	cfg := rest.CopyConfig(opts.RESTConfig)
 	if cfg.Timeout == 0 {
@@ -169,11 +206,11 @@ func New(opts Options) (*Agent, error) {
 	// not need the API server, which may be down when the agent (re)starts (k8s.RESTMapper).
 	mapper, err := k8s.RESTMapper(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("agent: %w", err)
+		return nil, nil, fmt.Errorf("agent: %w", err)
 	}
 	live, err := client.New(cfg, client.Options{Scheme: scheme, Mapper: mapper})
 	if err != nil {
-		return nil, fmt.Errorf("agent: client: %w", err)
+		return nil, nil, fmt.Errorf("agent: client: %w", err)
 	}
 	byName := fields.OneTermEqualSelector("metadata.name", opts.NodeName)
 	byObject := map[client.Object]cache.ByObject{
@@ -196,27 +233,9 @@ func New(opts Options) (*Agent, error) {
 		ReaderFailOnMissingInformer: true,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("agent: cache: %w", err)
+		return nil, nil, fmt.Errorf("agent: cache: %w", err)
 	}
-	a := &Agent{
-		opts:      opts,
-		log:       opts.Logger,
-		cache:     c,
-		live:      live,
-		loop:      newLoop(opts.Debounce, opts.Resync),
-		reclaim:   make(chan struct{}, 1),
-		nodeRead:  make(chan struct{}),
-		releasing: map[blockKey]bool{},
-		stale:     map[api.Owner]time.Time{},
-		reported:  map[string]bool{},
-		metrics:   newMetrics(opts.Registerer),
-	}
-	if opts.Shared != nil {
-		if a.shared, err = a.newShared(); err != nil {
-			return nil, err
-		}
-	}
-	return a, nil
+	return live, c, nil
 }
 
 // Trigger asks for a sync of the node object soon (ipam.Options.OnChange). Never blocks.
@@ -438,18 +457,21 @@ func (a *Agent) sync(ctx context.Context) (time.Time, error) {
 	a.reconcileDone(m)
 	a.markNodeRead()
 
-	// Releases: blocks nobody uses that the demand does not need, once they stayed so for
-	// the release delay. Removed from the allocator first, then from the node object.
+	ds, next, err := a.releaseIdle(ctx, m, pools)
+	if err != nil {
+		return next, err
+	}
+	return next, a.publish(ctx, m, node, requestedOf(ds))
+}
+
+// releaseIdle releases the blocks nobody uses that the demand does not need, once they
+// stayed so for the release delay: removed from the allocator first, then (by publish)
+// from the node object. It returns the demand left and when the next block falls due.
+func (a *Agent) releaseIdle(ctx context.Context, m *ipam.Manager, pools map[string]families) ([]demand, time.Time, error) {
 	now := a.opts.Now()
 	ds := computeDemand(m.Usage(), pools, a.opts.PreAllocation)
-	var candidates []blockKey
-	for _, d := range ds {
-		for _, p := range d.release {
-			candidates = append(candidates, blockKey{d.pool, p})
-		}
-	}
 	a.mu.Lock()
-	due, next := a.idle.update(now, candidates, a.opts.ReleaseDelay)
+	due, next := a.idle.update(now, releaseCandidates(ds), a.opts.ReleaseDelay)
 	a.mu.Unlock()
 	for _, k := range due {
 		if err := m.RemoveCIDR(k.pool, k.cidr); err != nil {
@@ -468,11 +490,26 @@ func (a *Agent) sync(ctx context.Context) (time.Time, error) {
 		// The node store forgets released blocks before the node object does: a restart
 		// while the API server is down must not serve a block another node may hold next.
 		if err := a.saveBlocks(ctx, m); err != nil {
-			return next, err
+			return ds, next, err
 		}
 	}
-	want := requestedOf(ds)
+	return ds, next, nil
+}
 
+// releaseCandidates are the blocks the demand ds does not need.
+func releaseCandidates(ds []demand) []blockKey {
+	var candidates []blockKey
+	for _, d := range ds {
+		for _, p := range d.release {
+			candidates = append(candidates, blockKey{d.pool, p})
+		}
+	}
+	return candidates
+}
+
+// publish writes the requests want, and the blocks being released, to the node object's
+// spec, and the pools' usage to its status, each only when it changed.
+func (a *Agent) publish(ctx context.Context, m *ipam.Manager, node *v1alpha1.AllotNode, want []v1alpha1.PoolRequest) error {
 	a.mu.Lock()
 	drop := make(map[blockKey]bool, len(a.releasing))
 	for k := range a.releasing {
@@ -482,15 +519,15 @@ func (a *Agent) sync(ctx context.Context) (time.Time, error) {
 	_, mustDrop := withoutBlocks(node.Spec.IPAM.Pools.Allocated, drop)
 	if mustDrop || !equalRequested(node.Spec.IPAM.Pools.Requested, want) {
 		if err := a.writeSpec(ctx, want, drop); err != nil {
-			return next, err
+			return err
 		}
 	}
 	if st := statusOf(m.Usage()); !equalStatus(node.Status.IPAM, st) {
 		if err := a.writeStatus(ctx, st); err != nil {
-			return next, err
+			return err
 		}
 	}
-	return next, nil
+	return nil
 }
 
 // clusterPools registers every IPPool family as a local pool (so the policy can name a pool

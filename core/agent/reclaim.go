@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/allot-ipam/allot/core/api"
+	"github.com/allot-ipam/allot/core/ipam"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
@@ -80,21 +81,12 @@ func (a *Agent) reclaimOnce(ctx context.Context) time.Time {
 		return time.Time{}
 	}
 	now := a.opts.Now()
-	grace := a.opts.ReclaimGrace
 	var next time.Time
 	seen := map[api.Owner]bool{}
 	for _, al := range allocs {
-		if al.Pod.Name == "" || al.Pod.UID == "" {
+		key, gone := a.podGone(ctx, al)
+		if !gone {
 			continue
-		}
-		key := types.NamespacedName{Namespace: al.Pod.Namespace, Name: al.Pod.Name}
-		var pod corev1.Pod
-		err := a.cache.Get(ctx, key, &pod)
-		if err == nil && string(pod.UID) == al.Pod.UID {
-			continue // alive
-		}
-		if err != nil && !apierrors.IsNotFound(err) {
-			continue // the cache cannot say: not gone
 		}
 		seen[al.Owner] = true
 		a.mu.Lock()
@@ -104,37 +96,13 @@ func (a *Agent) reclaimOnce(ctx context.Context) time.Time {
 			a.stale[al.Owner] = now
 		}
 		a.mu.Unlock()
-		due := since.Add(grace)
-		if c := al.Created.Add(grace); c.After(due) {
-			due = c
-		}
-		if now.Before(due) {
+		if due := reclaimDue(since, al.Created, a.opts.ReclaimGrace); now.Before(due) {
 			if next.IsZero() || due.Before(next) {
 				next = due
 			}
 			continue
 		}
-		// The API server confirms.
-		err = a.liveGet(ctx, key, &pod)
-		if err == nil && string(pod.UID) == al.Pod.UID {
-			a.mu.Lock()
-			delete(a.stale, al.Owner)
-			a.mu.Unlock()
-			continue
-		}
-		if err != nil && !apierrors.IsNotFound(err) {
-			a.log.Debug("reclaim: API server not reachable; nothing freed", "pod", key, "err", err)
-			continue
-		}
-		if err := m.Release(ctx, &api.ReleaseRequest{Owner: al.Owner}); err != nil {
-			a.log.Warn("reclaim: freeing the addresses of a deleted pod", "owner", al.Owner.String(), "pod", key, "err", err)
-			continue
-		}
-		a.metrics.reclaimed.Inc()
-		a.log.Info("reclaimed the addresses of a pod that no longer exists", "owner", al.Owner.String(), "pod", key, "uid", al.Pod.UID, "ips", ipsOf(al))
-		a.mu.Lock()
-		delete(a.stale, al.Owner)
-		a.mu.Unlock()
+		a.reclaimConfirmed(ctx, m, al, key)
 	}
 	a.mu.Lock()
 	for o := range a.stale {
@@ -144,6 +112,59 @@ func (a *Agent) reclaimOnce(ctx context.Context) time.Time {
 	}
 	a.mu.Unlock()
 	return next
+}
+
+// podGone tells whether the informer cache knows the pod of al no more (a pod of the same
+// name with another UID is another pod); an allocation without a pod is never gone.
+func (a *Agent) podGone(ctx context.Context, al api.Allocation) (types.NamespacedName, bool) {
+	key := types.NamespacedName{Namespace: al.Pod.Namespace, Name: al.Pod.Name}
+	if al.Pod.Name == "" || al.Pod.UID == "" {
+		return key, false
+	}
+	var pod corev1.Pod
+	err := a.cache.Get(ctx, key, &pod)
+	if err == nil && string(pod.UID) == al.Pod.UID {
+		return key, false // alive
+	}
+	if err != nil && !apierrors.IsNotFound(err) {
+		return key, false // the cache cannot say: not gone
+	}
+	return key, true
+}
+
+// reclaimDue is when an allocation created at created, whose pod was first seen gone at
+// since, is freed: a grace after both.
+func reclaimDue(since, created time.Time, grace time.Duration) time.Time {
+	due := since.Add(grace)
+	if c := created.Add(grace); c.After(due) {
+		due = c
+	}
+	return due
+}
+
+// reclaimConfirmed frees al once the API server confirms its pod (key) is gone.
+func (a *Agent) reclaimConfirmed(ctx context.Context, m *ipam.Manager, al api.Allocation, key types.NamespacedName) {
+	var pod corev1.Pod
+	err := a.liveGet(ctx, key, &pod)
+	if err == nil && string(pod.UID) == al.Pod.UID {
+		a.mu.Lock()
+		delete(a.stale, al.Owner)
+		a.mu.Unlock()
+		return
+	}
+	if err != nil && !apierrors.IsNotFound(err) {
+		a.log.Debug("reclaim: API server not reachable; nothing freed", "pod", key, "err", err)
+		return
+	}
+	if err := m.Release(ctx, &api.ReleaseRequest{Owner: al.Owner}); err != nil {
+		a.log.Warn("reclaim: freeing the addresses of a deleted pod", "owner", al.Owner.String(), "pod", key, "err", err)
+		return
+	}
+	a.metrics.reclaimed.Inc()
+	a.log.Info("reclaimed the addresses of a pod that no longer exists", "owner", al.Owner.String(), "pod", key, "uid", al.Pod.UID, "ips", ipsOf(al))
+	a.mu.Lock()
+	delete(a.stale, al.Owner)
+	a.mu.Unlock()
 }
 
 func ipsOf(al api.Allocation) []string {
