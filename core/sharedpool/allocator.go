@@ -267,6 +267,34 @@ func (a *Allocator) allocate(ctx context.Context, req *api.AllocateRequest) (*ap
 	defer done()
 
 	views, blocked := a.idx.views()
+	preq, err := a.podRequest(ctx, w, views)
+	if err != nil {
+		return nil, err
+	}
+	ep, held, err := a.takeBack(ctx, w, preq, blocked)
+	if err != nil {
+		return nil, err
+	}
+	more, err := a.claimNew(ctx, w, preq, blocked, requested, familiesOf(held))
+	if err != nil {
+		return nil, err
+	}
+	held = append(held, more...)
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.opts.WriteTimeout)
+	defer cancel()
+	alloc, iface := a.allocationOf(w, held)
+	if err := a.writeEndpoint(wctx, w, ep, iface); err != nil {
+		// The claims stay: a retry of the ADD finds and reuses them.
+		return nil, unavailable("write AllotEndpoint "+req.Pod.Namespace+"/"+w.endpointName(), err)
+	}
+	a.log.Debug("shared allocation", "pod", w.podKey(), "interface", req.Owner.IfName, "addresses", ipsOf(alloc))
+	return alloc, nil
+}
+
+// podRequest is what the pool policy sees of w's pod, completed by the PodContext hook;
+// it notes the pod's StatefulSet and VM in w.
+func (a *Allocator) podRequest(ctx context.Context, w *want, views []policy.PoolView) (*policy.PodRequest, error) {
+	req := w.req
 	preq := &policy.PodRequest{
 		Pod:       policy.Pod{Namespace: req.Pod.Namespace, Name: req.Pod.Name, UID: req.Pod.UID},
 		Node:      policy.Node{Name: a.opts.Node},
@@ -297,55 +325,52 @@ func (a *Allocator) allocate(ctx context.Context, req *api.AllocateRequest) (*ap
 		w.vm = vmOf(preq.Pod)
 		w.holder.VirtualMachine = w.vm
 	}
+	return preq, nil
+}
 
-	// The pod's endpoint: read it when this may be a repeat, a recovery, a StatefulSet pod
-	// coming back or a VM's new pod; a new pod of another kind has none, and its Create says
-	// so if it does.
+// takeBack returns the pod's endpoint and the claims the interface holds or takes back.
+// The endpoint is read when this may be a repeat, a recovery, a StatefulSet pod coming
+// back or a VM's new pod; a new pod of another kind has none, and its Create says so if it
+// does.
+func (a *Allocator) takeBack(ctx context.Context, w *want, preq *policy.PodRequest, blocked map[string]string) (*v1alpha1.AllotEndpoint, []*v1alpha1.AddressClaim, error) {
+	req := w.req
 	var ep *v1alpha1.AllotEndpoint
+	var err error
 	known := a.idx.podClaims(req.Pod.Namespace, req.Pod.Name)
 	if w.sts != "" || w.vm != "" || len(known) > 0 {
 		if ep, err = a.getEndpoint(ctx, req.Pod.Namespace, w.endpointName()); err != nil {
-			return nil, unavailable("read AllotEndpoint "+req.Pod.Namespace+"/"+w.endpointName(), err)
+			return nil, nil, unavailable("read AllotEndpoint "+req.Pod.Namespace+"/"+w.endpointName(), err)
 		}
 	}
-
 	// A StatefulSet pod recreated under the same name, or a VM's next virt-launcher pod,
 	// takes its endpoint's addresses back.
-	takeBack := (w.sts != "" || w.vm != "") && ep != nil && ep.Spec.PodUID != w.holder.PodUID
+	recreated := (w.sts != "" || w.vm != "") && ep != nil && ep.Spec.PodUID != w.holder.PodUID
 	held, err := a.reuse(ctx, w, ep, known)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	if takeBack && len(held) > 0 && len(req.IPs) == 0 {
+	if recreated && len(held) > 0 && len(req.IPs) == 0 {
 		if held, err = a.dropUnwanted(ctx, w, preq, blocked, held); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	if len(held) > 0 {
 		a.m.nReused.Add(1)
 	}
-	// Families the interface should have but holds no claim for: an agent killed between
-	// its IPv4 and IPv6 claims, or a StatefulSet address the GC freed meanwhile.
+	return ep, held, nil
+}
+
+// familiesOf are the families of the claims held. Those the interface should have but
+// holds no claim for are claimed anew: an agent killed between its IPv4 and IPv6 claims,
+// or a StatefulSet address the GC freed meanwhile.
+func familiesOf(held []*v1alpha1.AddressClaim) map[policy.Family]bool {
 	have := map[policy.Family]bool{}
 	for _, c := range held {
 		if ad, err := netip.ParseAddr(c.Spec.IP); err == nil {
 			have[famOf(ad)] = true
 		}
 	}
-	more, err := a.claimNew(ctx, w, preq, blocked, requested, have)
-	if err != nil {
-		return nil, err
-	}
-	held = append(held, more...)
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.opts.WriteTimeout)
-	defer cancel()
-	alloc, iface := a.allocationOf(w, held)
-	if err := a.writeEndpoint(wctx, w, ep, iface); err != nil {
-		// The claims stay: a retry of the ADD finds and reuses them.
-		return nil, unavailable("write AllotEndpoint "+req.Pod.Namespace+"/"+w.endpointName(), err)
-	}
-	a.log.Debug("shared allocation", "pod", w.podKey(), "interface", req.Owner.IfName, "addresses", ipsOf(alloc))
-	return alloc, nil
+	return have
 }
 
 func ipsOf(al *api.Allocation) []string {
@@ -361,6 +386,42 @@ func ipsOf(al *api.Allocation) []string {
 // pod recreated), then claims the index knows for the pod's interface (an agent that died
 // between a claim and the endpoint).
 func (a *Allocator) reuse(ctx context.Context, w *want, ep *v1alpha1.AllotEndpoint, known []*v1alpha1.AddressClaim) ([]*v1alpha1.AddressClaim, error) {
+	cands, order := reuseCandidates(w, ep, known)
+	if len(order) == 0 {
+		return nil, nil
+	}
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.opts.WriteTimeout)
+	defer cancel()
+	var held []*v1alpha1.AddressClaim
+	fams := map[bool]bool{}
+	for _, name := range order {
+		c, err := a.claimNamed(wctx, w, name, cands[name])
+		if err != nil {
+			return nil, err
+		}
+		if c == nil || !w.mayReuse(c.Spec.Holder) {
+			continue
+		}
+		addr, err := netip.ParseAddr(c.Spec.IP)
+		if err != nil || fams[addr.Is4()] {
+			continue
+		}
+		c, err = a.hold(wctx, w, c)
+		if err != nil {
+			return nil, err
+		}
+		if c != nil {
+			fams[addr.Is4()] = true
+			held = append(held, c)
+		}
+	}
+	return held, nil
+}
+
+// reuseCandidates are the names of the claims w may reuse, in order (the endpoint's
+// addresses for the interface, then the claims known for it), with the claims known (nil
+// for a name only the endpoint gives).
+func reuseCandidates(w *want, ep *v1alpha1.AllotEndpoint, known []*v1alpha1.AddressClaim) (map[string]*v1alpha1.AddressClaim, []string) {
 	cands := map[string]*v1alpha1.AddressClaim{}
 	var order []string
 	if ep != nil && w.fixedOwner(ep) {
@@ -389,49 +450,30 @@ func (a *Allocator) reuse(ctx context.Context, w *want, ep *v1alpha1.AllotEndpoi
 			cands[c.Name] = c
 		}
 	}
-	if len(order) == 0 {
+	return cands, order
+}
+
+// claimNamed returns claim name: c when known, else from the index, else from the API
+// server; nil when it no longer exists.
+func (a *Allocator) claimNamed(ctx context.Context, w *want, name string, c *v1alpha1.AddressClaim) (*v1alpha1.AddressClaim, error) {
+	if c == nil {
+		c = a.idx.claim(name)
+	}
+	if c != nil {
+		return c, nil
+	}
+	var cur v1alpha1.AddressClaim
+	err := a.apiCall("get", "AddressClaim", func() error {
+		return a.opts.Client.Get(ctx, types.NamespacedName{Name: name}, &cur)
+	})
+	switch {
+	case apierrors.IsNotFound(err):
+		a.log.Info("address of the pod's endpoint is no longer claimed; allocating anew", "pod", w.podKey(), "claim", name)
 		return nil, nil
+	case err != nil:
+		return nil, unavailable("read AddressClaim "+name, err)
 	}
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.opts.WriteTimeout)
-	defer cancel()
-	var held []*v1alpha1.AddressClaim
-	fams := map[bool]bool{}
-	for _, name := range order {
-		c := cands[name]
-		if c == nil {
-			c = a.idx.claim(name)
-		}
-		if c == nil {
-			var cur v1alpha1.AddressClaim
-			err := a.apiCall("get", "AddressClaim", func() error {
-				return a.opts.Client.Get(wctx, types.NamespacedName{Name: name}, &cur)
-			})
-			switch {
-			case apierrors.IsNotFound(err):
-				a.log.Info("address of the pod's endpoint is no longer claimed; allocating anew", "pod", w.podKey(), "claim", name)
-				continue
-			case err != nil:
-				return nil, unavailable("read AddressClaim "+name, err)
-			}
-			c = &cur
-		}
-		if !w.mayReuse(c.Spec.Holder) {
-			continue
-		}
-		addr, err := netip.ParseAddr(c.Spec.IP)
-		if err != nil || fams[addr.Is4()] {
-			continue
-		}
-		c, err = a.hold(wctx, w, c)
-		if err != nil {
-			return nil, err
-		}
-		if c != nil {
-			fams[addr.Is4()] = true
-			held = append(held, c)
-		}
-	}
-	return held, nil
+	return &cur, nil
 }
 
 // dropUnwanted lets go of addresses a recreated StatefulSet pod took back from pools its
@@ -530,30 +572,11 @@ func claimLabels(pool, node, ns, pod string) map[string]string {
 // any, a policy that no longer finds a pool (the pod's annotations changed, say) leaves the
 // interface with what it has instead of failing a repeat ADD.
 func (a *Allocator) claimNew(ctx context.Context, w *want, preq *policy.PodRequest, blocked map[string]string, requested []netip.Addr, have map[policy.Family]bool) ([]*v1alpha1.AddressClaim, error) {
-	type famPlan struct {
-		fam   policy.Family
-		cands []policy.Candidate
-		addr  netip.Addr // a requested address
-		field string
-	}
 	var plan []famPlan
 	if len(requested) > 0 {
-		seen := map[policy.Family]bool{}
-		for i, ad := range requested {
-			fam := famOf(ad)
-			field := fmt.Sprintf("ips[%d]", i)
-			if seen[fam] {
-				return nil, api.InvalidField(field, "%s: only one address per family can be requested", ad)
-			}
-			seen[fam] = true
-			if have[fam] {
-				continue
-			}
-			pool, err := a.poolOf(ad, field, blocked)
-			if err != nil {
-				return nil, err
-			}
-			plan = append(plan, famPlan{fam: fam, cands: []policy.Candidate{{Pool: pool}}, addr: ad, field: field})
+		var err error
+		if plan, err = a.requestedPlan(requested, have, blocked); err != nil {
+			return nil, err
 		}
 	} else {
 		d, err := a.decide(ctx, w, preq, blocked)
@@ -564,13 +587,59 @@ func (a *Allocator) claimNew(ctx context.Context, w *want, preq *policy.PodReque
 			}
 			return nil, err
 		}
-		if len(d.IPv4) > 0 && !have[policy.IPv4] {
-			plan = append(plan, famPlan{fam: policy.IPv4, cands: d.IPv4})
-		}
-		if len(d.IPv6) > 0 && !have[policy.IPv6] {
-			plan = append(plan, famPlan{fam: policy.IPv6, cands: d.IPv6})
-		}
+		plan = decidedPlan(d, have)
 	}
+	return a.claimPlan(ctx, w, plan)
+}
+
+// famPlan is what to claim for one family: an address of one of the candidate pools, or
+// the requested address addr (of field).
+type famPlan struct {
+	fam   policy.Family
+	cands []policy.Candidate
+	addr  netip.Addr // a requested address
+	field string
+}
+
+// requestedPlan claims each requested address (one per family) from the pool holding it,
+// but for the families the interface has.
+func (a *Allocator) requestedPlan(requested []netip.Addr, have map[policy.Family]bool, blocked map[string]string) ([]famPlan, error) {
+	var plan []famPlan
+	seen := map[policy.Family]bool{}
+	for i, ad := range requested {
+		fam := famOf(ad)
+		field := fmt.Sprintf("ips[%d]", i)
+		if seen[fam] {
+			return nil, api.InvalidField(field, "%s: only one address per family can be requested", ad)
+		}
+		seen[fam] = true
+		if have[fam] {
+			continue
+		}
+		pool, err := a.poolOf(ad, field, blocked)
+		if err != nil {
+			return nil, err
+		}
+		plan = append(plan, famPlan{fam: fam, cands: []policy.Candidate{{Pool: pool}}, addr: ad, field: field})
+	}
+	return plan, nil
+}
+
+// decidedPlan claims, for each family the policy decided and the interface lacks, an
+// address of its candidates.
+func decidedPlan(d policy.PodDecision, have map[policy.Family]bool) []famPlan {
+	var plan []famPlan
+	if len(d.IPv4) > 0 && !have[policy.IPv4] {
+		plan = append(plan, famPlan{fam: policy.IPv4, cands: d.IPv4})
+	}
+	if len(d.IPv6) > 0 && !have[policy.IPv6] {
+		plan = append(plan, famPlan{fam: policy.IPv6, cands: d.IPv6})
+	}
+	return plan
+}
+
+// claimPlan makes the claims of plan; when one fails, those made are deleted again.
+func (a *Allocator) claimPlan(ctx context.Context, w *want, plan []famPlan) ([]*v1alpha1.AddressClaim, error) {
 	var held []*v1alpha1.AddressClaim
 	fail := func(err error) ([]*v1alpha1.AddressClaim, error) {
 		if errors.Is(err, errKilled) {

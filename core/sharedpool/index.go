@@ -506,46 +506,57 @@ func (x *Index) views() ([]policy.PoolView, map[string]string) {
 			if spec == nil {
 				continue
 			}
-			v := policy.PoolView{
-				Name: n, Family: fam, Default: p.Spec.Default,
-				Disabled:    p.Spec.Disable || blocked[n] != "",
-				Terminating: p.DeletionTimestamp != nil,
-				Excluded:    spec.ExcludeIPs,
-				NodeName:    p.Spec.NodeName, NamespaceName: p.Spec.NamespaceName, MultusName: p.Spec.MultusName,
-			}
-			// An auto pool names the AllotSubnet it was cut from; the pod annotations
-			// ipam.spidernet.io/subnet(s) select pools by it (spiderpool-priority).
-			v.Subnet = p.Labels[v1alpha1.LabelSubnet]
-			if p.Spec.NodeAffinity != nil {
-				s := k8s.LabelSelector(p.Spec.NodeAffinity)
-				v.NodeAffinity = &s
-			}
-			if p.Spec.NamespaceAffinity != nil {
-				s := k8s.LabelSelector(p.Spec.NamespaceAffinity)
-				v.NamespaceAffinity = &s
-			}
-			if p.Spec.PodAffinity != nil {
-				s := k8s.LabelSelector(p.Spec.PodAffinity)
-				v.PodAffinity = &s
-			}
+			v := specView(n, p, fam, spec, blocked[n] != "")
 			if r != nil {
-				f := r.Get(fam)
-				v.CIDRs = []netip.Prefix{f.Subnet}
-				v.Total = f.Usable.Size()
-				v.Free = v.Total - uint64(len(x.usedLocked(n, f)))
-				v.AllExcluded = f.Configured.Empty()
-				if !v.AllExcluded {
-					rs := x.res.Get(fam)
-					v.AllReserved = f.Configured.Subtract(rs).Empty()
-					if ov := f.Configured.Intersect(rs); !ov.Empty() {
-						v.Reserved = ov.Strings()
-					}
-				}
+				x.usageLocked(&v, r.Get(fam), fam)
 			}
 			out = append(out, v)
 		}
 	}
 	return out, blocked
+}
+
+// specView is what the policy sees of family fam (spec) of pool p, named n, from its spec
+// alone.
+func specView(n string, p *v1alpha1.SharedIPPool, fam policy.Family, spec *v1alpha1.SharedPoolFamily, blocked bool) policy.PoolView {
+	v := policy.PoolView{
+		Name: n, Family: fam, Default: p.Spec.Default,
+		Disabled:    p.Spec.Disable || blocked,
+		Terminating: p.DeletionTimestamp != nil,
+		Excluded:    spec.ExcludeIPs,
+		NodeName:    p.Spec.NodeName, NamespaceName: p.Spec.NamespaceName, MultusName: p.Spec.MultusName,
+	}
+	// An auto pool names the AllotSubnet it was cut from; the pod annotations
+	// ipam.spidernet.io/subnet(s) select pools by it (spiderpool-priority).
+	v.Subnet = p.Labels[v1alpha1.LabelSubnet]
+	if p.Spec.NodeAffinity != nil {
+		s := k8s.LabelSelector(p.Spec.NodeAffinity)
+		v.NodeAffinity = &s
+	}
+	if p.Spec.NamespaceAffinity != nil {
+		s := k8s.LabelSelector(p.Spec.NamespaceAffinity)
+		v.NamespaceAffinity = &s
+	}
+	if p.Spec.PodAffinity != nil {
+		s := k8s.LabelSelector(p.Spec.PodAffinity)
+		v.PodAffinity = &s
+	}
+	return v
+}
+
+// usageLocked fills in v the address space of the resolved family f and its use.
+func (x *Index) usageLocked(v *policy.PoolView, f *Family, fam policy.Family) {
+	v.CIDRs = []netip.Prefix{f.Subnet}
+	v.Total = f.Usable.Size()
+	v.Free = v.Total - uint64(len(x.usedLocked(v.Name, f)))
+	v.AllExcluded = f.Configured.Empty()
+	if !v.AllExcluded {
+		rs := x.res.Get(fam)
+		v.AllReserved = f.Configured.Subtract(rs).Empty()
+		if ov := f.Configured.Intersect(rs); !ov.Empty() {
+			v.Reserved = ov.Strings()
+		}
+	}
 }
 
 // Watch feeds the index from the informers of c (SharedIPPool, ReservedIP, AddressClaim;
@@ -580,40 +591,47 @@ func (x *Index) Watch(ctx context.Context, c cache.Cache) error {
 		if err != nil {
 			return fmt.Errorf("sharedpool: informer for %s: %w", k.expectedTypeName, err)
 		}
-		del := k.delete
-		reg, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-			AddFunc:    func(o any) { k.upsert(o) },
-			UpdateFunc: func(_, o any) { k.upsert(o) },
-			DeleteFunc: func(o any) {
-				if t, ok := o.(toolscache.DeletedFinalStateUnknown); ok {
-					o = t.Obj
-				}
-				if m, ok := o.(client.Object); ok {
-					del(m.GetName())
-				}
-			},
-		})
+		reg, err := inf.AddEventHandler(eventHandler(k.upsert, k.delete))
 		if err != nil {
 			return fmt.Errorf("sharedpool: event handler for %s: %w", k.expectedTypeName, err)
 		}
 		regs = append(regs, reg)
 	}
-	go func() {
-		if !c.WaitForCacheSync(ctx) {
-			return
-		}
-		for _, r := range regs {
-			for !r.HasSynced() {
-				select {
-				case <-ctx.Done():
-					return
-				case <-time.After(10 * time.Millisecond):
-				}
+	go x.syncedWhen(ctx, c, regs)
+	return nil
+}
+
+// eventHandler feeds an informer's objects to upsert and the names of deleted ones to del.
+func eventHandler(upsert func(any), del func(string)) toolscache.ResourceEventHandlerFuncs {
+	return toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { upsert(o) },
+		UpdateFunc: func(_, o any) { upsert(o) },
+		DeleteFunc: func(o any) {
+			if t, ok := o.(toolscache.DeletedFinalStateUnknown); ok {
+				o = t.Obj
+			}
+			if m, ok := o.(client.Object); ok {
+				del(m.GetName())
+			}
+		},
+	}
+}
+
+// syncedWhen marks the index synced once the cache and every handler of regs have synced.
+func (x *Index) syncedWhen(ctx context.Context, c cache.Cache, regs []toolscache.ResourceEventHandlerRegistration) {
+	if !c.WaitForCacheSync(ctx) {
+		return
+	}
+	for _, r := range regs {
+		for !r.HasSynced() {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(10 * time.Millisecond):
 			}
 		}
-		x.SetSynced()
-	}()
-	return nil
+	}
+	x.SetSynced()
 }
 
 // CacheObjects are the objects the informer cache given to Watch must serve, cluster-wide.

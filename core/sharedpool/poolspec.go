@@ -100,15 +100,9 @@ func Resolve(p *v1alpha1.SharedIPPool, reserved Reserved) (*Resolved, error) {
 }
 
 func resolveFamily(field string, fam policy.Family, s *v1alpha1.SharedPoolFamily, reserved addrset.Set) (*Family, error) {
-	subnet, err := netip.ParsePrefix(s.Subnet)
+	subnet, err := parseSubnet(field, fam, s.Subnet)
 	if err != nil {
-		return nil, fmt.Errorf("%s.subnet: %q is not a CIDR", field, s.Subnet)
-	}
-	if (fam == policy.IPv4) != subnet.Addr().Is4() || subnet.Addr().Is4In6() {
-		return nil, fmt.Errorf("%s.subnet: %q is not an %s subnet", field, s.Subnet, fam.Label())
-	}
-	if subnet.Masked() != subnet {
-		return nil, fmt.Errorf("%s.subnet: %q has host bits set; write %s", field, s.Subnet, subnet.Masked())
+		return nil, err
 	}
 	ips, err := addrset.Parse(field+".ips", fam, s.IPs)
 	if err != nil {
@@ -130,20 +124,10 @@ func resolveFamily(field string, fam policy.Family, s *v1alpha1.SharedPoolFamily
 		drop = addrset.FromRanges(fam, nil)
 	}
 	if s.Gateway != "" {
-		gw, err := netip.ParseAddr(s.Gateway)
-		if err != nil || (fam == policy.IPv4) != gw.Is4() || !subnet.Contains(gw) {
-			return nil, fmt.Errorf("%s.gateway: %q is not an address inside %s", field, s.Gateway, subnet)
+		if f.Gateway, err = parseGateway(field, fam, s.Gateway, subnet); err != nil {
+			return nil, err
 		}
-		if subnet.Addr().BitLen()-subnet.Bits() >= 2 {
-			if gw == subnet.Addr() {
-				return nil, fmt.Errorf("%s.gateway: %s is the network address of %s", field, gw, subnet)
-			}
-			if fam == policy.IPv4 && gw == addrmath.LastOf(subnet) {
-				return nil, fmt.Errorf("%s.gateway: %s is the broadcast address of %s", field, gw, subnet)
-			}
-		}
-		f.Gateway = gw
-		drop = drop.Union(single(gw))
+		drop = drop.Union(single(f.Gateway))
 	}
 	bits := subnet.Addr().BitLen() - subnet.Bits()
 	if fam == policy.IPv4 && bits >= 2 {
@@ -153,7 +137,49 @@ func resolveFamily(field string, fam policy.Family, s *v1alpha1.SharedPoolFamily
 		drop = drop.Union(single(subnet.Addr()))
 	}
 	f.Usable = f.Configured.Subtract(drop)
-	for i, rt := range s.Routes {
+	if f.Routes, err = parseRoutes(field, fam, s.Routes, f.Gateway); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// parseSubnet parses field.subnet: a masked CIDR of family fam.
+func parseSubnet(field string, fam policy.Family, s string) (netip.Prefix, error) {
+	subnet, err := netip.ParsePrefix(s)
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("%s.subnet: %q is not a CIDR", field, s)
+	}
+	if (fam == policy.IPv4) != subnet.Addr().Is4() || subnet.Addr().Is4In6() {
+		return netip.Prefix{}, fmt.Errorf("%s.subnet: %q is not an %s subnet", field, s, fam.Label())
+	}
+	if subnet.Masked() != subnet {
+		return netip.Prefix{}, fmt.Errorf("%s.subnet: %q has host bits set; write %s", field, s, subnet.Masked())
+	}
+	return subnet, nil
+}
+
+// parseGateway parses field.gateway: an address of subnet other than its network and
+// (IPv4) broadcast addresses.
+func parseGateway(field string, fam policy.Family, s string, subnet netip.Prefix) (netip.Addr, error) {
+	gw, err := netip.ParseAddr(s)
+	if err != nil || (fam == policy.IPv4) != gw.Is4() || !subnet.Contains(gw) {
+		return netip.Addr{}, fmt.Errorf("%s.gateway: %q is not an address inside %s", field, s, subnet)
+	}
+	if subnet.Addr().BitLen()-subnet.Bits() >= 2 {
+		if gw == subnet.Addr() {
+			return netip.Addr{}, fmt.Errorf("%s.gateway: %s is the network address of %s", field, gw, subnet)
+		}
+		if fam == policy.IPv4 && gw == addrmath.LastOf(subnet) {
+			return netip.Addr{}, fmt.Errorf("%s.gateway: %s is the broadcast address of %s", field, gw, subnet)
+		}
+	}
+	return gw, nil
+}
+
+// parseRoutes parses field.routes; a route without gw goes through the pool's gateway.
+func parseRoutes(field string, fam policy.Family, routes []v1alpha1.RouteSpec, poolGW netip.Addr) ([]Route, error) {
+	var out []Route
+	for i, rt := range routes {
 		dst, err := netip.ParsePrefix(rt.Dst)
 		if err != nil || (fam == policy.IPv4) != dst.Addr().Is4() {
 			return nil, fmt.Errorf("%s.routes[%d].dst: %q is not an %s CIDR", field, i, rt.Dst, fam.Label())
@@ -165,12 +191,12 @@ func resolveFamily(field string, fam policy.Family, s *v1alpha1.SharedPoolFamily
 				return nil, fmt.Errorf("%s.routes[%d].gw: %q is not an %s address", field, i, rt.Gw, fam.Label())
 			}
 			r.Gw = gw
-		} else if !f.Gateway.IsValid() {
+		} else if !poolGW.IsValid() {
 			return nil, fmt.Errorf("%s.routes[%d].gw: empty and the pool has no gateway to default to", field, i)
 		}
-		f.Routes = append(f.Routes, r)
+		out = append(out, r)
 	}
-	return f, nil
+	return out, nil
 }
 
 // inside checks every entry lies in the subnet, naming the first that does not.

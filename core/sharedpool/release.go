@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -261,49 +262,25 @@ func (a *Allocator) GC(ctx context.Context, req *api.GCRequest) (*api.GCResponse
 	if req.Network == "" {
 		return nil, api.InvalidField("network", "must not be empty")
 	}
-	valid := map[api.Owner]bool{}
-	for i, o := range req.Valid {
-		if o.ContainerID == "" || o.IfName == "" {
-			return nil, api.InvalidField(fmt.Sprintf("valid[%d]", i), "containerID and ifName are required")
-		}
-		valid[o] = true
+	valid, err := validOwners(req.Valid)
+	if err != nil {
+		return nil, err
 	}
 	began := a.opts.Now()
-	type staleClaim struct {
-		pod     api.PodRef
-		network string // "" for claims written before holders recorded it
-	}
-	stale := map[api.Owner]staleClaim{}
-	for _, c := range a.idx.nodeClaims(a.opts.Node) {
-		h := c.Spec.Holder
-		o := api.Owner{ContainerID: h.ContainerID, IfName: h.Interface}
-		if valid[o] || h.StatefulSet != "" || h.VirtualMachine != "" || c.CreationTimestamp.IsZero() || !c.CreationTimestamp.Time.Before(began) {
-			continue
-		}
-		if h.Network != "" && h.Network != req.Network {
-			continue // another network's GC decides about it
-		}
-		stale[o] = staleClaim{pod: api.PodRef{Namespace: h.Namespace, Name: h.Pod, UID: h.PodUID}, network: h.Network}
-	}
-	owners := make([]api.Owner, 0, len(stale))
-	for o := range stale {
-		owners = append(owners, o)
-	}
-	slices.SortFunc(owners, func(x, y api.Owner) int { return strings.Compare(x.String(), y.String()) })
+	stale := staleClaims(a.idx.nodeClaims(a.opts.Node), valid, req.Network, began)
+	owners := slices.SortedFunc(maps.Keys(stale), func(x, y api.Owner) int { return strings.Compare(x.String(), y.String()) })
 	resp := &api.GCResponse{Released: []api.Owner{}}
 	var errs []error
 	for _, o := range owners {
 		sc := stale[o]
 		if sc.network == "" {
 			// Older claims do not say their network; the endpoint does.
-			ep, err := a.getEndpoint(ctx, sc.pod.Namespace, sc.pod.Name)
+			ours, err := a.endpointOf(ctx, o, sc.pod, req.Network)
 			if err != nil {
-				errs = append(errs, fmt.Errorf("read AllotEndpoint %s/%s: %w", sc.pod.Namespace, sc.pod.Name, err))
+				errs = append(errs, err)
 				continue
 			}
-			if ep == nil || !slices.ContainsFunc(ep.Spec.Interfaces, func(x v1alpha1.EndpointInterface) bool {
-				return x.Interface == o.IfName && x.ContainerID == o.ContainerID && x.Network == req.Network
-			}) {
+			if !ours {
 				continue
 			}
 		}
@@ -320,6 +297,54 @@ func (a *Allocator) GC(ctx context.Context, req *api.GCRequest) (*api.GCResponse
 		return resp, api.Errorf(api.CodeUnavailable, "gc: %v", errors.Join(errs...))
 	}
 	return resp, nil
+}
+
+// validOwners are the interfaces the runtime still has (CNI GC's valid attachments).
+func validOwners(owners []api.Owner) (map[api.Owner]bool, error) {
+	valid := map[api.Owner]bool{}
+	for i, o := range owners {
+		if o.ContainerID == "" || o.IfName == "" {
+			return nil, api.InvalidField(fmt.Sprintf("valid[%d]", i), "containerID and ifName are required")
+		}
+		valid[o] = true
+	}
+	return valid, nil
+}
+
+// staleClaim is a claim GC may free: its pod, and its network ("" for claims written
+// before holders recorded it).
+type staleClaim struct {
+	pod     api.PodRef
+	network string
+}
+
+// staleClaims are the claims of network GC may free: made before it began, of interfaces
+// the runtime no longer has, and not kept for a StatefulSet pod or a VM.
+func staleClaims(claims []*v1alpha1.AddressClaim, valid map[api.Owner]bool, network string, began time.Time) map[api.Owner]staleClaim {
+	stale := map[api.Owner]staleClaim{}
+	for _, c := range claims {
+		h := c.Spec.Holder
+		o := api.Owner{ContainerID: h.ContainerID, IfName: h.Interface}
+		if valid[o] || h.StatefulSet != "" || h.VirtualMachine != "" || c.CreationTimestamp.IsZero() || !c.CreationTimestamp.Time.Before(began) {
+			continue
+		}
+		if h.Network != "" && h.Network != network {
+			continue // another network's GC decides about it
+		}
+		stale[o] = staleClaim{pod: api.PodRef{Namespace: h.Namespace, Name: h.Pod, UID: h.PodUID}, network: h.Network}
+	}
+	return stale
+}
+
+// endpointOf tells whether the pod's endpoint names interface o on network.
+func (a *Allocator) endpointOf(ctx context.Context, o api.Owner, pod api.PodRef, network string) (bool, error) {
+	ep, err := a.getEndpoint(ctx, pod.Namespace, pod.Name)
+	if err != nil {
+		return false, fmt.Errorf("read AllotEndpoint %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	return ep != nil && slices.ContainsFunc(ep.Spec.Interfaces, func(x v1alpha1.EndpointInterface) bool {
+		return x.Interface == o.IfName && x.ContainerID == o.ContainerID && x.Network == network
+	}), nil
 }
 
 // Pools implements api.Service: one entry per shared pool and family, sorted.
