@@ -62,6 +62,9 @@ func TestImportCluster(t *testing.T) {
 	if err := c.List(ctx, &pools); err != nil || len(pools.Items) != 0 {
 		t.Fatalf("the dry run wrote IPPools: %d, %v", len(pools.Items), err)
 	}
+	if err := c.Get(ctx, client.ObjectKey{Name: "worker-1"}, held); err != nil || fmt.Sprint(held.Spec.IPAM.Pools.Allocated) != "[{default [10.10.7.0/24]}]" {
+		t.Fatalf("the dry run changed AllotNode worker-1: %v, %v", held.Spec.IPAM.Pools.Allocated, err)
+	}
 
 	out := run(t, "import", "--kubeconfig", kc)
 	if !strings.Contains(out, "allotnode worker-1 updated\n") || !strings.Contains(out, "ippool mars created\n") ||
