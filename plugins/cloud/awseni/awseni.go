@@ -156,20 +156,9 @@ func (b *Backend) Allocate(ctx context.Context, req cloud.AllocateRequest) (clou
 	if req.Family != cloud.IPv4 {
 		return cloud.AllocateResult{}, fmt.Errorf("aws-eni: allocate: family %q: %w (IPv4 only for now)", req.Family, cloud.ErrUnsupported)
 	}
-	if req.Count < 1 {
-		return cloud.AllocateResult{}, fmt.Errorf("aws-eni: allocate: count %d must be at least 1", req.Count)
-	}
-	inst, _, _, err := b.node(ctx, req.Node)
+	_, e, lim, err := b.allocationTarget(ctx, req)
 	if err != nil {
 		return cloud.AllocateResult{}, err
-	}
-	e, ok := b.cache.eni(req.Interface)
-	if !ok || e.instance != inst.id {
-		return cloud.AllocateResult{}, fmt.Errorf("aws-eni: allocate: interface %q is not attached to node %q", req.Interface, req.Node.Name)
-	}
-	lim, err := b.limits.resolve(ctx, inst.typ)
-	if err != nil {
-		return cloud.AllocateResult{}, fmt.Errorf("aws-eni: allocate: %w", err)
 	}
 	count := req.Count
 	if room := lim.AddressesPerInterface - 1 - len(e.addrs) - e.prefixes4(); lim.AddressesPerInterface > 0 && count > room {
@@ -212,6 +201,27 @@ func (b *Backend) Allocate(ctx context.Context, req cloud.AllocateRequest) (clou
 		return cloud.AllocateResult{}, fmt.Errorf("aws-eni: allocate on %s: EC2 assigned nothing: %w", e.id, cloud.ErrLimitReached)
 	}
 	return cloud.AllocateResult{Interface: e.id, Addresses: got}, nil
+}
+
+// allocationTarget checks an allocate request's count and resolves its node, interface and
+// the node's limits.
+func (b *Backend) allocationTarget(ctx context.Context, req cloud.AllocateRequest) (*instance, eniEntry, cloud.Limits, error) {
+	if req.Count < 1 {
+		return nil, eniEntry{}, cloud.Limits{}, fmt.Errorf("aws-eni: allocate: count %d must be at least 1", req.Count)
+	}
+	inst, _, _, err := b.node(ctx, req.Node)
+	if err != nil {
+		return nil, eniEntry{}, cloud.Limits{}, err
+	}
+	e, ok := b.cache.eni(req.Interface)
+	if !ok || e.instance != inst.id {
+		return nil, eniEntry{}, cloud.Limits{}, fmt.Errorf("aws-eni: allocate: interface %q is not attached to node %q", req.Interface, req.Node.Name)
+	}
+	lim, err := b.limits.resolve(ctx, inst.typ)
+	if err != nil {
+		return nil, eniEntry{}, cloud.Limits{}, fmt.Errorf("aws-eni: allocate: %w", err)
+	}
+	return inst, e, lim, nil
 }
 
 // CreateInterface implements cloud.CloudBackend: CreateNetworkInterface (with the

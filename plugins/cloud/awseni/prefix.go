@@ -43,20 +43,9 @@ func sortPrefixes(ps []netip.Prefix) {
 // allocatePrefixes delegates req.Count prefixes of req.Family to the interface, fewer if
 // its slots or (IPv4) its subnet cannot take that many as far as the cache knows.
 func (b *Backend) allocatePrefixes(ctx context.Context, req cloud.AllocateRequest) (cloud.AllocateResult, error) {
-	if req.Count < 1 {
-		return cloud.AllocateResult{}, fmt.Errorf("aws-eni: allocate: count %d must be at least 1", req.Count)
-	}
-	inst, _, _, err := b.node(ctx, req.Node)
+	inst, e, lim, err := b.allocationTarget(ctx, req)
 	if err != nil {
 		return cloud.AllocateResult{}, err
-	}
-	e, ok := b.cache.eni(req.Interface)
-	if !ok || e.instance != inst.id {
-		return cloud.AllocateResult{}, fmt.Errorf("aws-eni: allocate: interface %q is not attached to node %q", req.Interface, req.Node.Name)
-	}
-	lim, err := b.limits.resolve(ctx, inst.typ)
-	if err != nil {
-		return cloud.AllocateResult{}, fmt.Errorf("aws-eni: allocate: %w", err)
 	}
 	if !lim.PrefixDelegation {
 		return cloud.AllocateResult{}, fmt.Errorf("aws-eni: allocate: %s (%s) is not a Nitro instance: prefixes %w", inst.id, inst.typ, cloud.ErrUnsupported)
