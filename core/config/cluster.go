@@ -204,6 +204,9 @@ type ENINode struct {
 	SubnetTags          map[string]string `koanf:"subnetTags"`
 	SecurityGroups      []string          `koanf:"securityGroups"`
 	SecurityGroupTags   map[string]string `koanf:"securityGroupTags"`
+	// PrefixDelegation and IPv6PrefixDelegation override cluster.eni's for this node.
+	PrefixDelegation     *bool `koanf:"prefixDelegation"`
+	IPv6PrefixDelegation *bool `koanf:"ipv6PrefixDelegation"`
 }
 
 // Enabled reports whether ENI mode is on.

@@ -232,6 +232,7 @@ func agentENI(e config.ClusterENI) *agent.ENIOptions {
 			PreAllocate: i32(n.PreAllocate), MinAllocate: i32(n.MinAllocate), MaxAllocate: i32(n.MaxAllocate),
 			MaxAboveWatermark: i32(n.MaxAboveWatermark), FirstInterfaceIndex: i32(n.FirstInterfaceIndex),
 			SubnetIDs: n.SubnetIDs, SubnetTags: n.SubnetTags, SecurityGroups: n.SecurityGroups, SecurityGroupTags: n.SecurityGroupTags,
+			PrefixDelegation: n.PrefixDelegation, IPv6PrefixDelegation: n.IPv6PrefixDelegation,
 		},
 	}
 }

@@ -349,6 +349,7 @@ func eniNodeState(an *allotv1.AllotNode, node *corev1.Node, def eni.Params, nc *
 		s.SubnetIDs = spec.SubnetIDs
 		s.SubnetTags = spec.SubnetTags
 		s.SecurityGroups = spec.SecurityGroups
+		s.PrefixDelegation, s.IPv6PrefixDelegation = spec.PrefixDelegation, spec.IPv6PrefixDelegation
 		s.SecurityGroupTags = spec.SecurityGroupTags
 	}
 	if nc != nil {

@@ -16,7 +16,7 @@ import (
 
 func TestENINodeState(t *testing.T) {
 	def := eni.Params{PreAllocate: 8}
-	two, one := int32(2), int32(1)
+	two, one, no := int32(2), int32(1), false
 	labelled := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{LabelInstanceType: "m5.large", LabelZoneBeta: "us-east-1b"}},
 		Spec:       corev1.NodeSpec{ProviderID: "aws:///us-east-1b/i-node"},
@@ -38,7 +38,7 @@ func TestENINodeState(t *testing.T) {
 			an: allotv1.AllotNode{
 				ObjectMeta: metav1.ObjectMeta{Name: "n2"},
 				Spec: allotv1.AllotNodeSpec{ENI: &allotv1.NodeENISpec{InstanceID: "i-agent", InstanceType: "c5.xlarge", Zone: "us-east-1c",
-					PreAllocate: &two, FirstInterfaceIndex: &one, SubnetIDs: []string{"subnet-1"}, SecurityGroups: []string{"sg-1"}}},
+					PreAllocate: &two, FirstInterfaceIndex: &one, SubnetIDs: []string{"subnet-1"}, SecurityGroups: []string{"sg-1"}, PrefixDelegation: &no}},
 				Status: allotv1.AllotNodeStatus{IPAM: allotv1.NodeIPAMStatus{Pending: 3, Used: map[string]allotv1.UsedAddress{"10.0.0.2": {}, "10.0.0.1": {}}}},
 			},
 			node: labelled,
@@ -46,7 +46,7 @@ func TestENINodeState(t *testing.T) {
 				Ref:  cloud.NodeRef{Name: "n2", ProviderID: "aws:///us-east-1b/i-node", InstanceType: "c5.xlarge", Zone: "us-east-1c"},
 				Used: []netip.Addr{netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2")}, Pending: 3,
 				Params: &eni.Params{PreAllocate: 2}, FirstInterfaceIndex: func() *int { v := 1; return &v }(),
-				SubnetIDs: []string{"subnet-1"}, SecurityGroups: []string{"sg-1"},
+				SubnetIDs: []string{"subnet-1"}, SecurityGroups: []string{"sg-1"}, PrefixDelegation: &no,
 			},
 		},
 		{

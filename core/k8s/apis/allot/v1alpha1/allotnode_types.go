@@ -111,6 +111,13 @@ type NodeENISpec struct {
 	// +optional
 	// +kubebuilder:validation:MaxProperties=32
 	SecurityGroupTags map[string]string `json:"securityGroupTags,omitempty"`
+	// PrefixDelegation overrides cluster.eni.prefixDelegation for this node (Cilium's
+	// spec.eni.disable-prefix-delegation, inverted).
+	// +optional
+	PrefixDelegation *bool `json:"prefixDelegation,omitempty"`
+	// IPv6PrefixDelegation overrides cluster.eni.ipv6PrefixDelegation for this node.
+	// +optional
+	IPv6PrefixDelegation *bool `json:"ipv6PrefixDelegation,omitempty"`
 }
 
 // NodeIPAMSpec is spec.ipam.
