@@ -3,6 +3,7 @@
 #   make run      start allotd on the embedded default (conf/allotd.yaml); needs root
 #   make test     everything CI runs: lint, unit, integration, end to end (installs its tools);
 #                 a test that cannot run here fails instead of skipping; ends with a summary
+#   make generate regenerate every generated file (protobuf, CRDs, eBPF); verify-generated checks
 #   make bench    benchmark tables (allocator, store, daemon API, CNI path vs host-local)
 #
 SHELL := /bin/bash
@@ -43,7 +44,7 @@ deps:
 # any skip. -k runs every suite even after a failure, so the table covers them all; the fuzz
 # targets (test-fuzz: make fuzz-smoke through testsummary) are one of them.
 test: export ALLOT_NO_SKIP := 1
-test: deps cni-tools kube-binaries helm lint testsummary
+test: deps cni-tools kube-binaries helm lint verify-generated testsummary
 	@rm -rf $(TEST_RESULTS)
 	@status=0; $(MAKE) --no-print-directory -k test-unit test-sdk plugins test-fuzz test-realnode || status=1; \
 		$(TESTSUMMARY) -report $(TEST_RESULTS)/*.jsonl || status=1; exit $$status
@@ -74,12 +75,19 @@ test-sdk: testsummary
 testsummary:
 	@$(GO) build -o $(TESTSUMMARY) ./hack/testsummary
 
-# generate-proto: the Go code of every .proto (plugin contracts, local API) with the pinned
-# protoc plugins of hack/gen-proto.sh; `generate` (mk/*.mk add theirs) runs every generator.
-.PHONY: generate-proto
-generate: generate-proto
+# generate: every generated file. generate-proto: the Go code of every .proto (plugin
+# contracts, local API) with the protoc plugins pinned in hack/gen-proto.sh; mk/k8s.mk adds
+# deepcopy and CRDs (then copied into the chart), mk/datapath.mk the eBPF objects. Each
+# installs what it needs (Debian packages, pinned Go tools). verify-generated (in make test)
+# fails when generate changes a file.
+.PHONY: generate-proto verify-generated
+generate: generate-proto generate-crds
+	@$(MAKE) --no-print-directory chart-sync >/dev/null
 generate-proto:
 	@bash hack/gen-proto.sh
+
+verify-generated:
+	@bash hack/verify-generated.sh
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^vendor/')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

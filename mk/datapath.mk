@@ -18,6 +18,7 @@ DATAPATH_BENCH_FLAGS ?= -rounds 3 -duration 5s
 generate: generate-datapath
 
 generate-datapath:
+	@bash hack/install-deps.sh $(DATAPATH_GEN_APT_PACKAGES)
 	cd bpf && $(DATAPATH_GO) generate ./...
 
 test-datapath:
