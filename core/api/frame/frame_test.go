@@ -85,6 +85,8 @@ func appendAny(b []byte, v any) []byte {
 		return AppendAllocation(b, v)
 	case *api.Error:
 		return AppendError(b, v)
+	case *api.Status:
+		return AppendStatus(b, v)
 	}
 	panic("unknown type")
 }
@@ -180,6 +182,7 @@ func FuzzDecode(f *testing.F) {
 	f.Add(Append(nil, 2, OpGC, AppendGCRequest(nil, &api.GCRequest{Network: "n", Valid: []api.Owner{{ContainerID: "a", IfName: "b"}}})))
 	f.Add(Append(nil, 3, OpCheck, AppendAllocation(nil, &api.Allocation{IPs: []api.IPConfig{{Address: "10.0.0.1/8"}}, Created: time.Unix(1, 0)})))
 	f.Add([]byte{0, 0, 0, 5, 0, 0, 0, 0, 0})
+	f.Add(Append(nil, 4, OpStatus, AppendStatus(nil, &api.Status{Ready: true, Pools: []api.PoolStatus{{Name: "p", CIDRs: []string{"10.0.0.0/8"}, Utilization: 0.5}}})))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		_, op, payload, _, err := Parse(in)
 		if err != nil {
@@ -214,6 +217,13 @@ func FuzzDecode(f *testing.F) {
 		var gs api.GCResponse
 		_ = DecodeGCResponse(payload, &gs)
 		_, _ = DecodeError(payload)
+		var st api.Status
+		if DecodeStatus(payload, &st) == nil {
+			check(&st, func(b []byte) (any, error) { var r api.Status; return &r, DecodeStatus(b, &r) })
+		}
+		_, _ = DecodePools(payload)
+		_, _ = DecodeAllocations(payload)
+		_, _ = DecodePlugins(payload)
 	})
 }
 
