@@ -15,11 +15,15 @@ import (
 // terminating object gets none. done reports that the reconcile should return res, err now:
 // the write conflicted (retry shortly with the fresh object) or failed.
 func (op *operator) ensureFinalizer(ctx context.Context, obj client.Object, f, kind string) (res reconcile.Result, done bool, err error) {
+	return ensureFinalizer(ctx, op.client, obj, f, kind)
+}
+
+func ensureFinalizer(ctx context.Context, c client.Client, obj client.Object, f, kind string) (res reconcile.Result, done bool, err error) {
 	if obj.GetDeletionTimestamp() != nil || controllerutil.ContainsFinalizer(obj, f) {
 		return reconcile.Result{}, false, nil
 	}
 	controllerutil.AddFinalizer(obj, f)
-	if err := op.client.Update(ctx, obj); err != nil {
+	if err := c.Update(ctx, obj); err != nil {
 		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 			return reconcile.Result{RequeueAfter: conflictRetry}, true, nil
 		}

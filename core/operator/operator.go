@@ -268,8 +268,7 @@ func runTerm(ctx context.Context, o *Options, m *metrics, log *slog.Logger) erro
 		client:   mgr.GetClient(),
 		reader:   mgr.GetAPIReader(),
 		recorder: mgr.GetEventRecorder("allot-operator"),
-
-		lastStatus: map[string]time.Time{},
+		status:   newStatusBatch(o.StatusDelay),
 	}
 	if err := op.setup(mgr); err != nil {
 		return err
@@ -287,8 +286,7 @@ type operator struct {
 	reader   client.Reader
 	recorder events.EventRecorder
 
-	statusMu   sync.Mutex
-	lastStatus map[string]time.Time // pool/config status writes, for batching
+	status *statusBatch // pool, config and shared-pool status writes, for batching
 
 	poolDirty   *dirtySet
 	configDirty *dirtySet
@@ -400,18 +398,9 @@ func (op *operator) event(obj runtime.Object, typ, reason, action, format string
 	op.recorder.Eventf(obj, nil, typ, reason, action, "%s", note)
 }
 
-// statusWait is how long a counters-only status write of key must wait.
-func (op *operator) statusWait(key string) time.Duration {
-	op.statusMu.Lock()
-	defer op.statusMu.Unlock()
-	return op.opts.StatusDelay - time.Since(op.lastStatus[key])
-}
+func (op *operator) statusWait(key string) time.Duration { return op.status.wait(key) }
 
-func (op *operator) statusWritten(key string) {
-	op.statusMu.Lock()
-	op.lastStatus[key] = time.Now()
-	op.statusMu.Unlock()
-}
+func (op *operator) statusWritten(key string) { op.status.written(key) }
 
 // quiet wraps a reconciler so that errors caused by the term ending (context cancelled on
 // shutdown or lost Lease) are not logged as reconcile failures.

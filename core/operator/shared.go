@@ -148,7 +148,7 @@ func (op *operator) setupShared(mgr ctrl.Manager) error {
 	if err != nil {
 		return err
 	}
-	op.shared = &sharedState{m: sm, lastFP: map[string]string{}}
+	op.shared = &sharedState{m: sm}
 	if err := op.setupSharedStatus(mgr); err != nil {
 		return fmt.Errorf("operator: shared pool controller: %w", err)
 	}
@@ -184,9 +184,6 @@ func crdServed(cfg *rest.Config, resource string) (bool, error) {
 type sharedState struct {
 	m     *sharedMetrics
 	dirty *dirtySet // pools whose status to recompute (batched by StatusDelay)
-	// lastFP fingerprints each pool's last written status, so a reconcile on a cache that
-	// has not seen the write yet does not write (and conflict) again. Guarded by op.statusMu.
-	lastFP map[string]string
 }
 
 // sharedMetrics are the shared-pool series.

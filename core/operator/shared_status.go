@@ -3,10 +3,13 @@ package operator
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"math"
 	"net/netip"
 	"slices"
 	"strings"
+	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -41,6 +44,8 @@ func (op *operator) setupSharedStatus(mgr ctrl.Manager) error {
 	}
 	sh := op.shared
 	sh.dirty = newDirtySet(op.opts.StatusDelay)
+	r := &sharedPoolStatus{client: op.client, reader: op.reader, log: op.log, m: sh.m, status: op.status, event: op.event,
+		delay: op.opts.StatusDelay, lastFP: map[string]string{}}
 	if err := mgr.Add(manager.RunnableFunc(sh.dirty.run)); err != nil {
 		return err
 	}
@@ -90,7 +95,7 @@ func (op *operator) setupSharedStatus(mgr ctrl.Manager) error {
 		Watches(&allotv1.AddressClaim{}, claimEvents).
 		WatchesRawSource(sh.dirty.source()).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 2}).
-		Complete(quiet(op.reconcileSharedPool))
+		Complete(quiet(r.reconcile))
 }
 
 func claimPool(o client.Object) string {
@@ -106,65 +111,135 @@ type heldClaim struct {
 	who  string // namespace/pod (interface)
 }
 
-// reconcileSharedPool keeps one SharedIPPool's finalizer, status counts and conditions.
-func (op *operator) reconcileSharedPool(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+// sharedPoolStatus is the SharedIPPool reconciler: it keeps one pool's finalizer, status counts
+// and conditions. The desired status is decided by decideSharedPool, a pure function of the
+// pool, every pool (conflicts), the reservations and the pool's claims; reconcile reads those,
+// and applies the decision (finalizer, status write, Events, series).
+type sharedPoolStatus struct {
+	client client.Client
+	reader client.Reader
+	log    *slog.Logger
+	m      *sharedMetrics
+	status *statusBatch
+	event  eventFunc
+	delay  time.Duration // StatusDelay: requeue while the cache lags a claim's deletion
+
+	mu     sync.Mutex
+	lastFP map[string]string // each pool's last written status, so a lagging cache does not write again
+}
+
+// sharedPoolDecision is what a pool's status should be.
+type sharedPoolDecision struct {
+	status  *allotv1.SharedIPPoolStatus
+	events  []pendingEvent // for conditions that just turned on or changed
+	release bool           // terminating and no claim left: remove the finalizer
+}
+
+func (r *sharedPoolStatus) reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	if req.Name == "" {
 		return reconcile.Result{}, nil
 	}
-	name := req.Name
-	sh := op.shared
 	var pool allotv1.SharedIPPool
-	if err := op.client.Get(ctx, req.NamespacedName, &pool); err != nil {
+	if err := r.client.Get(ctx, req.NamespacedName, &pool); err != nil {
 		if apierrors.IsNotFound(err) {
-			for _, f := range []string{"ipv4", "ipv6"} {
-				sh.m.allocated.DeleteLabelValues(name, f)
-				sh.m.total.DeleteLabelValues(name, f)
-			}
-			op.statusMu.Lock()
-			delete(sh.lastFP, name)
-			op.statusMu.Unlock()
+			r.forget(req.Name)
 			return reconcile.Result{}, nil
 		}
 		return reconcile.Result{}, err
 	}
-	terminating := pool.DeletionTimestamp != nil
-	if res, done, err := op.ensureFinalizer(ctx, &pool, allotv1.FinalizerSharedPoolInUse, "SharedIPPool"); done {
+	if res, done, err := ensureFinalizer(ctx, r.client, &pool, allotv1.FinalizerSharedPoolInUse, "SharedIPPool"); done {
 		return res, err
 	}
 	var pools allotv1.SharedIPPoolList
-	if err := op.client.List(ctx, &pools); err != nil {
+	if err := r.client.List(ctx, &pools); err != nil {
 		return reconcile.Result{}, err
 	}
 	var rips allotv1.ReservedIPList
-	if err := op.client.List(ctx, &rips); err != nil {
+	if err := r.client.List(ctx, &rips); err != nil {
 		return reconcile.Result{}, err
 	}
 	var claims allotv1.AddressClaimList
-	if err := op.client.List(ctx, &claims, client.MatchingFields{indexClaimPool: name}); err != nil {
+	if err := r.client.List(ctx, &claims, client.MatchingFields{indexClaimPool: pool.Name}); err != nil {
 		return reconcile.Result{}, err
 	}
-	held := make([]heldClaim, 0, len(claims.Items))
-	for i := range claims.Items {
-		c := &claims.Items[i]
-		a, err := netip.ParseAddr(c.Spec.IP)
-		if err != nil {
-			continue // the CRD refuses it
-		}
-		h := c.Spec.Holder
-		held = append(held, heldClaim{addr: a.Unmap(), who: fmt.Sprintf("%s/%s (%s)", h.Namespace, h.Pod, h.Interface)})
+	d := decideSharedPool(&pool, pools.Items, rips.Items, claims.Items)
+	r.observe(pool.Name, d.status)
+	if d.release {
+		return r.release(ctx, &pool)
 	}
-	slices.SortFunc(held, func(a, b heldClaim) int { return a.addr.Compare(b.addr) })
+	return r.apply(ctx, &pool, d)
+}
 
-	reserved, _ := sharedpool.ReservedFrom(rips.Items) // bad ReservedIPs: refused by the webhook, reported by the agents
-	conflict := sharedpool.Conflicts(pools.Items)[name]
-	res, rerr := sharedpool.Resolve(&pool, reserved)
+// forget drops a deleted pool's series and fingerprint.
+func (r *sharedPoolStatus) forget(name string) {
+	for _, f := range []string{"ipv4", "ipv6"} {
+		r.m.allocated.DeleteLabelValues(name, f)
+		r.m.total.DeleteLabelValues(name, f)
+	}
+	r.mu.Lock()
+	delete(r.lastFP, name)
+	r.mu.Unlock()
+}
+
+// observe sets the pool's series from its decided status.
+func (r *sharedPoolStatus) observe(name string, want *allotv1.SharedIPPoolStatus) {
+	for fam, fs := range map[string]*allotv1.SharedFamilyStatus{"ipv4": want.IPv4, "ipv6": want.IPv6} {
+		if fs != nil {
+			r.m.allocated.WithLabelValues(name, fam).Set(float64(fs.AllocatedIPs))
+			r.m.total.WithLabelValues(name, fam).Set(float64(fs.TotalIPs))
+		}
+	}
+}
+
+// apply writes the decided status (counters batched by StatusDelay, conditions at once) and
+// its Events.
+func (r *sharedPoolStatus) apply(ctx context.Context, pool *allotv1.SharedIPPool, d sharedPoolDecision) (reconcile.Result, error) {
+	name, want := pool.Name, d.status
+	fp := sharedStatusFingerprint(want)
+	r.mu.Lock()
+	written := r.lastFP[name] == fp
+	r.mu.Unlock()
+	if equality.Semantic.DeepEqual(want, &pool.Status) || written {
+		return reconcile.Result{}, nil
+	}
+	// Counters may wait (one write per StatusDelay while pods come and go); conditions may not.
+	urgent := !sameConditions(want.Conditions, pool.Status.Conditions) || want.ObservedGeneration != pool.Status.ObservedGeneration
+	if wait := r.status.wait("sharedippool/" + name); !urgent && wait > 0 {
+		return reconcile.Result{RequeueAfter: wait}, nil
+	}
+	upd := pool.DeepCopy()
+	upd.Status = *want
+	if err := r.client.Status().Update(ctx, upd); err != nil {
+		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+			return reconcile.Result{RequeueAfter: conflictRetry}, nil
+		}
+		return reconcile.Result{}, fmt.Errorf("update SharedIPPool %s status: %w", name, err)
+	}
+	r.status.written("sharedippool/" + name)
+	r.mu.Lock()
+	r.lastFP[name] = fp
+	r.mu.Unlock()
+	for _, ev := range d.events {
+		r.event(upd, corev1.EventTypeWarning, ev.reason, ev.action, "%s", ev.note)
+	}
+	return reconcile.Result{}, nil
+}
+
+// decideSharedPool computes pool's status from the cluster's pools (conflicts), the
+// ReservedIPs and the pool's claims. Pure: no client, no clock.
+func decideSharedPool(pool *allotv1.SharedIPPool, pools []allotv1.SharedIPPool, rips []allotv1.ReservedIP,
+	claims []allotv1.AddressClaim) sharedPoolDecision {
+	held := heldClaims(claims)
+	reserved, _ := sharedpool.ReservedFrom(rips) // bad ReservedIPs: refused by the webhook, reported by the agents
+	conflict := sharedpool.Conflicts(pools)[pool.Name]
+	res, rerr := sharedpool.Resolve(pool, reserved)
+	terminating := pool.DeletionTimestamp != nil
 
 	want := pool.Status.DeepCopy()
 	want.ObservedGeneration = pool.Generation
 	want.IPv4, want.IPv6 = nil, nil
 	var exhausted, removed []string
 	for _, fam := range []policy.Family{policy.IPv4, policy.IPv6} {
-		var fs *allotv1.SharedFamilyStatus
 		var f *sharedpool.Family
 		if res != nil {
 			f = res.Get(fam)
@@ -173,48 +248,88 @@ func (op *operator) reconcileSharedPool(ctx context.Context, req reconcile.Reque
 		if fam == policy.IPv6 {
 			spec = pool.Spec.IPv6
 		}
-		n := 0
-		for _, h := range held {
-			if h.addr.Is4() == (fam == policy.IPv4) {
-				n++
-			}
+		fs, full, gone := sharedFamilyStatus(fam, spec != nil, f, held)
+		if full != "" {
+			exhausted = append(exhausted, full)
 		}
-		if spec == nil && n == 0 {
-			continue
-		}
-		fs = &allotv1.SharedFamilyStatus{AllocatedIPs: int64(n)}
-		if f != nil {
-			fs.TotalIPs = sat64(f.Usable.Size())
-			inUsable := 0
-			var gone []string
-			for _, h := range held {
-				if h.addr.Is4() != (fam == policy.IPv4) {
-					continue
-				}
-				if f.Usable.Contains(h.addr) {
-					inUsable++
-				}
-				if !f.Configured.Contains(h.addr) {
-					gone = append(gone, h.addr.String()+" held by "+h.who)
-				}
-			}
-			if f.Usable.Size()-uint64(inUsable) == 0 {
-				exhausted = append(exhausted, fmt.Sprintf("%s: %d of %d addresses in use", fam, inUsable, f.Usable.Size()))
-			}
-			removed = append(removed, gone...)
-		}
+		removed = append(removed, gone...)
 		if fam == policy.IPv4 {
 			want.IPv4 = fs
 		} else {
 			want.IPv6 = fs
 		}
-		sh.m.allocated.WithLabelValues(name, string(fam)).Set(float64(fs.AllocatedIPs))
-		sh.m.total.WithLabelValues(name, string(fam)).Set(float64(fs.TotalIPs))
 	}
+	ready := sharedReadyCondition(pool, terminating, rerr, conflict, removed)
+	meta.SetStatusCondition(&want.Conditions, ready)
+	if terminating || rerr != nil || conflict != "" {
+		exhausted = nil // Exhausted only of a pool that hands addresses out
+	}
+	evs := setSharedConditions(want, pool.Generation, conflict, exhausted, terminating, held)
+	if len(removed) > 0 {
+		if prev := meta.FindStatusCondition(pool.Status.Conditions, allotv1.ConditionReady); prev == nil || prev.Message != ready.Message {
+			evs = append(evs, pendingEvent{reason: allotv1.ReasonAddressRemovalRefused, action: "Validate", note: ready.Message})
+		}
+	}
+	return sharedPoolDecision{status: want, events: evs, release: terminating && len(held) == 0}
+}
 
-	gen := pool.Generation
+// heldClaims parses claims, sorted by address; a claim whose address does not parse (the CRD
+// refuses it) is left out.
+func heldClaims(claims []allotv1.AddressClaim) []heldClaim {
+	held := make([]heldClaim, 0, len(claims))
+	for i := range claims {
+		c := &claims[i]
+		a, err := netip.ParseAddr(c.Spec.IP)
+		if err != nil {
+			continue
+		}
+		h := c.Spec.Holder
+		held = append(held, heldClaim{addr: a.Unmap(), who: fmt.Sprintf("%s/%s (%s)", h.Namespace, h.Pod, h.Interface)})
+	}
+	slices.SortFunc(held, func(a, b heldClaim) int { return a.addr.Compare(b.addr) })
+	return held
+}
+
+// sharedFamilyStatus counts one family: nil when the pool has no such family and no claim of
+// it. exhausted describes a full family; removed lists held addresses no longer configured.
+func sharedFamilyStatus(fam policy.Family, specified bool, f *sharedpool.Family, held []heldClaim) (
+	fs *allotv1.SharedFamilyStatus, exhausted string, removed []string) {
+	n := 0
+	for _, h := range held {
+		if h.addr.Is4() == (fam == policy.IPv4) {
+			n++
+		}
+	}
+	if !specified && n == 0 {
+		return nil, "", nil
+	}
+	fs = &allotv1.SharedFamilyStatus{AllocatedIPs: int64(n)}
+	if f == nil {
+		return fs, "", nil
+	}
+	fs.TotalIPs = sat64(f.Usable.Size())
+	inUsable := 0
+	for _, h := range held {
+		if h.addr.Is4() != (fam == policy.IPv4) {
+			continue
+		}
+		if f.Usable.Contains(h.addr) {
+			inUsable++
+		}
+		if !f.Configured.Contains(h.addr) {
+			removed = append(removed, h.addr.String()+" held by "+h.who)
+		}
+	}
+	if f.Usable.Size()-uint64(inUsable) == 0 {
+		exhausted = fmt.Sprintf("%s: %d of %d addresses in use", fam, inUsable, f.Usable.Size())
+	}
+	return fs, exhausted, removed
+}
+
+// sharedReadyCondition says whether the pool hands addresses out, and why not.
+func sharedReadyCondition(pool *allotv1.SharedIPPool, terminating bool, rerr error, conflict string, removed []string) metav1.Condition {
 	ready := metav1.Condition{Type: allotv1.ConditionReady, Status: metav1.ConditionTrue, Reason: allotv1.ReasonValid,
-		Message: "addresses are handed out of this pool", ObservedGeneration: gen}
+		Message: "addresses are handed out of this pool", ObservedGeneration: pool.Generation}
 	switch {
 	case terminating:
 		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, allotv1.ReasonPoolTerminating, "the pool is being deleted; it hands out no new addresses"
@@ -231,7 +346,13 @@ func (op *operator) reconcileSharedPool(ctx context.Context, req reconcile.Reque
 		ready.Message = fmt.Sprintf("addresses were removed from the spec while pods hold them; they stay held until freed: %s",
 			strings.Join(firstN(removed, 10), ", "))
 	}
-	meta.SetStatusCondition(&want.Conditions, ready)
+	return ready
+}
+
+// setSharedConditions sets the problem conditions (present only while the problem lasts) and
+// returns the Events of those that turned on or changed.
+func setSharedConditions(want *allotv1.SharedIPPoolStatus, gen int64, conflict string, exhausted []string,
+	terminating bool, held []heldClaim) []pendingEvent {
 	var evs []pendingEvent
 	set := func(typ string, on bool, reason, msg string) {
 		if !on {
@@ -245,7 +366,7 @@ func (op *operator) reconcileSharedPool(ctx context.Context, req reconcile.Reque
 	}
 	set(allotv1.ConditionAddressConflict, conflict != "", allotv1.ReasonOverlap,
 		conflict+"; the older pool keeps its addresses, this one hands out nothing until the overlap is removed")
-	set(allotv1.ConditionExhausted, len(exhausted) > 0 && !terminating && rerr == nil && conflict == "", allotv1.ReasonPoolExhausted,
+	set(allotv1.ConditionExhausted, len(exhausted) > 0, allotv1.ReasonPoolExhausted,
 		"no free address: "+strings.Join(exhausted, "; ")+"; add addresses to the pool")
 	holders := map[string]bool{}
 	for _, h := range held {
@@ -254,70 +375,34 @@ func (op *operator) reconcileSharedPool(ctx context.Context, req reconcile.Reque
 	set(allotv1.ConditionDeletionRefused, terminating && len(held) > 0, allotv1.ReasonInUse,
 		fmt.Sprintf("deletion waits: %d address(es) still held by %s; the pool is deleted once they are freed (finalizer %s)",
 			len(held), strings.Join(firstN(keys(holders), 10), ", "), allotv1.FinalizerSharedPoolInUse))
-	if len(removed) > 0 {
-		if prev := meta.FindStatusCondition(pool.Status.Conditions, allotv1.ConditionReady); prev == nil || prev.Message != ready.Message {
-			evs = append(evs, pendingEvent{reason: allotv1.ReasonAddressRemovalRefused, action: "Validate", note: ready.Message})
-		}
-	}
-
-	if terminating && len(held) == 0 {
-		return op.releaseSharedPool(ctx, &pool)
-	}
-	fp := sharedStatusFingerprint(want)
-	op.statusMu.Lock()
-	written := sh.lastFP[name] == fp
-	op.statusMu.Unlock()
-	if equality.Semantic.DeepEqual(want, &pool.Status) || written {
-		return reconcile.Result{}, nil
-	}
-	// Counters may wait (one write per StatusDelay while pods come and go); conditions may not.
-	urgent := !sameConditions(want.Conditions, pool.Status.Conditions) || want.ObservedGeneration != pool.Status.ObservedGeneration
-	if wait := op.statusWait("sharedippool/" + name); !urgent && wait > 0 {
-		return reconcile.Result{RequeueAfter: wait}, nil
-	}
-	upd := pool.DeepCopy()
-	upd.Status = *want
-	if err := op.client.Status().Update(ctx, upd); err != nil {
-		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-			return reconcile.Result{RequeueAfter: conflictRetry}, nil
-		}
-		return reconcile.Result{}, fmt.Errorf("update SharedIPPool %s status: %w", name, err)
-	}
-	op.statusWritten("sharedippool/" + name)
-	op.statusMu.Lock()
-	sh.lastFP[name] = fp
-	op.statusMu.Unlock()
-	for _, ev := range evs {
-		op.event(upd, corev1.EventTypeWarning, ev.reason, ev.action, "%s", ev.note)
-	}
-	return reconcile.Result{}, nil
+	return evs
 }
 
 // releaseSharedPool removes the finalizer of a pool being deleted once no claim of it is
 // left, asking the API server itself (not the cache) so a claim created a moment ago keeps
 // the pool.
-func (op *operator) releaseSharedPool(ctx context.Context, pool *allotv1.SharedIPPool) (reconcile.Result, error) {
+func (r *sharedPoolStatus) release(ctx context.Context, pool *allotv1.SharedIPPool) (reconcile.Result, error) {
 	if !controllerutil.ContainsFinalizer(pool, allotv1.FinalizerSharedPoolInUse) {
 		return reconcile.Result{}, nil
 	}
 	var live allotv1.AddressClaimList
-	if err := op.reader.List(ctx, &live, client.MatchingLabels{allotv1.LabelClaimPool: allotk8s.LabelValue(pool.Name)}); err != nil {
+	if err := r.reader.List(ctx, &live, client.MatchingLabels{allotv1.LabelClaimPool: allotk8s.LabelValue(pool.Name)}); err != nil {
 		return reconcile.Result{}, err
 	}
 	for i := range live.Items {
 		if live.Items[i].Spec.Pool == pool.Name {
 			// The cache lags; its event re-queues the pool.
-			return reconcile.Result{RequeueAfter: op.opts.StatusDelay}, nil
+			return reconcile.Result{RequeueAfter: r.delay}, nil
 		}
 	}
 	controllerutil.RemoveFinalizer(pool, allotv1.FinalizerSharedPoolInUse)
-	if err := op.client.Update(ctx, pool); err != nil && !apierrors.IsNotFound(err) {
+	if err := r.client.Update(ctx, pool); err != nil && !apierrors.IsNotFound(err) {
 		if apierrors.IsConflict(err) {
 			return reconcile.Result{RequeueAfter: conflictRetry}, nil
 		}
 		return reconcile.Result{}, fmt.Errorf("remove finalizer of SharedIPPool %s: %w", pool.Name, err)
 	}
-	op.log.Info("SharedIPPool deleted: no address of it is held", "pool", pool.Name)
+	r.log.Info("SharedIPPool deleted: no address of it is held", "pool", pool.Name)
 	return reconcile.Result{}, nil
 }
 
