@@ -3,6 +3,7 @@ package operator
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -41,9 +42,21 @@ import (
 // gcBeforeDelete, when set (tests), runs after the final check and before the delete.
 var gcBeforeDelete atomic.Pointer[func(kind, name string)]
 
+// sharedGC is the shared-pool collector: a leader-only runnable whose scan judges every
+// claim and endpoint from the caches (judge), advances the grace-period marks
+// (advanceStale, pure) and frees what is due (free: final check, delete, report).
 type sharedGC struct {
-	op    *operator
-	stale map[string]*staleMark // by item key; touched by the scan goroutine only
+	client client.Client // the manager's (cached reads, writes)
+	reader client.Reader // the API server itself, for the final check
+	log    *slog.Logger
+	m      *sharedMetrics
+	event  eventFunc
+	pol    gcPolicy
+	grace  time.Duration
+	every  time.Duration
+	ready  func(context.Context) error // waits for the term's rebuild
+	now    func() time.Time
+	stale  map[string]*staleMark // by item key; touched by the scan goroutine only
 }
 
 type staleMark struct {
@@ -53,19 +66,25 @@ type staleMark struct {
 }
 
 func newSharedGC(op *operator) *sharedGC {
-	return &sharedGC{op: op, stale: map[string]*staleMark{}}
+	o := op.opts.SharedPools
+	return &sharedGC{client: op.client, reader: op.reader, log: op.log, m: op.shared.m, event: op.event,
+		pol: gcPolicy{
+			terminatingReady:    o.GCTerminatingOnReadyNode == nil || *o.GCTerminatingOnReadyNode,
+			terminatingNotReady: o.GCTerminatingOnNotReadyNode == nil || *o.GCTerminatingOnNotReadyNode,
+		},
+		grace: o.GCGrace, every: o.GCInterval, ready: op.waitReady, now: time.Now, stale: map[string]*staleMark{}}
 }
 
 // Start runs the collector until ctx ends (a manager runnable: leader only).
 func (g *sharedGC) Start(ctx context.Context) error {
-	if err := g.op.waitReady(ctx); err != nil {
+	if err := g.ready(ctx); err != nil {
 		return nil
 	}
-	t := time.NewTicker(g.op.opts.SharedPools.GCInterval)
+	t := time.NewTicker(g.every)
 	defer t.Stop()
 	for {
 		if err := g.scan(ctx); err != nil && ctx.Err() == nil {
-			g.op.log.Warn("shared-pool GC scan failed", "err", err)
+			g.log.Warn("shared-pool GC scan failed", "err", err)
 		}
 		select {
 		case <-ctx.Done():
@@ -127,12 +146,9 @@ type gcPolicy struct {
 	terminatingReady, terminatingNotReady bool
 }
 
-func (op *operator) gcView(r client.Reader) gcView {
-	o := op.opts.SharedPools
-	return gcView{r: r, direct: op.reader, pol: gcPolicy{
-		terminatingReady:    o.GCTerminatingOnReadyNode == nil || *o.GCTerminatingOnReadyNode,
-		terminatingNotReady: o.GCTerminatingOnNotReadyNode == nil || *o.GCTerminatingOnNotReadyNode,
-	}}
+// view answers from r (the cache for the scan, the API server for the final check).
+func (g *sharedGC) view(r client.Reader) gcView {
+	return gcView{r: r, direct: g.reader, pol: g.pol}
 }
 
 // terminatingOverdue says whether pod is being deleted and is past its grace period:
@@ -221,7 +237,9 @@ func (v gcView) endpoint(ctx context.Context, ns, name string) (*allotv1.AllotEn
 	return getOrNil[allotv1.AllotEndpoint](ctx, v.r, ns, name)
 }
 
-// holderGone says why h no longer holds its addresses, or "" while it (may) still does.
+// holderGone says why h no longer holds its addresses, or "" while it (may) still does. It
+// reads only what the verdict needs; the verdicts themselves are pure (statefulSetVerdict,
+// podVerdict, holderNodeVerdict).
 func (v gcView) holderGone(ctx context.Context, h gcHolder) (string, error) {
 	if h.ns == "" || h.pod == "" {
 		return "", nil // not written by an agent: never guess
@@ -249,38 +267,10 @@ func (v gcView) holderGone(ctx context.Context, h gcHolder) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		if set == nil {
-			return gcStsGone, nil
-		}
-		ord, ok := stsOrdinal(h.pod, h.sts)
-		if !ok {
-			return "", nil // not a name of this StatefulSet: keep
-		}
-		start, replicas := int64(0), int64(1)
-		if set.Spec.Ordinals != nil {
-			start = int64(set.Spec.Ordinals.Start)
-		}
-		if set.Spec.Replicas != nil {
-			replicas = int64(*set.Spec.Replicas)
-		}
-		if ord < start || ord >= start+replicas {
-			return gcStsScaledDown, nil
-		}
-		return "", nil
+		return statefulSetVerdict(h, set), nil
 	}
-	if pod == nil {
-		return gcPodGone, nil
-	}
-	if h.uid != "" && string(pod.UID) != h.uid {
-		if ownedByStatefulSet(pod) {
-			// The claim says "not a StatefulSet pod" but the pod of that name is one: the
-			// agent will take the address back; keep it.
-			return "", nil
-		}
-		return gcPodReplaced, nil
-	}
-	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
-		return gcPodTerminated, nil
+	if reason, decided := podVerdict(h, pod); decided {
+		return reason, nil
 	}
 	name := pod.Spec.NodeName
 	if name == "" {
@@ -291,20 +281,69 @@ func (v gcView) holderGone(ctx context.Context, h gcHolder) (string, error) {
 		if node, err = v.node(ctx, name); err != nil {
 			return "", err
 		}
-		if node == nil {
-			return gcNodeGone, nil
+	}
+	return holderNodeVerdict(pod, name != "", node, v.pol), nil
+}
+
+// statefulSetVerdict judges the holder of a StatefulSet pod whose pod is gone: kept while
+// its ordinal is within the StatefulSet's replicas.
+func statefulSetVerdict(h gcHolder, set *appsv1.StatefulSet) string {
+	if set == nil {
+		return gcStsGone
+	}
+	ord, ok := stsOrdinal(h.pod, h.sts)
+	if !ok {
+		return "" // not a name of this StatefulSet: keep
+	}
+	start, replicas := int64(0), int64(1)
+	if set.Spec.Ordinals != nil {
+		start = int64(set.Spec.Ordinals.Start)
+	}
+	if set.Spec.Replicas != nil {
+		replicas = int64(*set.Spec.Replicas)
+	}
+	if ord < start || ord >= start+replicas {
+		return gcStsScaledDown
+	}
+	return ""
+}
+
+// podVerdict judges a holder from its pod alone; decided is false when the node must be
+// looked at too.
+func podVerdict(h gcHolder, pod *corev1.Pod) (reason string, decided bool) {
+	if pod == nil {
+		return gcPodGone, true
+	}
+	if h.uid != "" && string(pod.UID) != h.uid {
+		if ownedByStatefulSet(pod) {
+			// The claim says "not a StatefulSet pod" but the pod of that name is one: the
+			// agent will take the address back; keep it.
+			return "", true
 		}
+		return gcPodReplaced, true
+	}
+	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		return gcPodTerminated, true
+	}
+	return "", false
+}
+
+// holderNodeVerdict judges a live pod from its node (named: the pod or holder names one; node nil:
+// it does not exist).
+func holderNodeVerdict(pod *corev1.Pod, named bool, node *corev1.Node, pol gcPolicy) string {
+	if named && node == nil {
+		return gcNodeGone
 	}
 	// A pod stuck Terminating (its node down or NotReady, its kubelet gone) never gets a
 	// CNI DEL: Spiderpool's GC of stateless terminating pods. StatefulSet pods returned
 	// above: their addresses stay fixed.
-	if v.pol.terminatingOverdue(pod) && !ownedByStatefulSet(pod) {
+	if pol.terminatingOverdue(pod) && !ownedByStatefulSet(pod) {
 		ready := node != nil && nodeReady(node)
-		if (ready && v.pol.terminatingReady) || (!ready && v.pol.terminatingNotReady) {
-			return gcTerminating, nil
+		if (ready && pol.terminatingReady) || (!ready && pol.terminatingNotReady) {
+			return gcTerminating
 		}
 	}
-	return "", nil
+	return ""
 }
 
 // stsOrdinal parses the ordinal of a StatefulSet pod name ("<set>-<n>").
@@ -433,50 +472,67 @@ func (v gcView) judge(ctx context.Context, claims []*gcItem, endpoints []*gcItem
 
 // scan is one pass: judge from the caches, free what has been stale for the grace period.
 func (g *sharedGC) scan(ctx context.Context) error {
-	op := g.op
-	var claims allotv1.AddressClaimList
-	if err := op.client.List(ctx, &claims); err != nil {
-		return fmt.Errorf("list AddressClaims: %w", err)
-	}
-	var eps allotv1.AllotEndpointList
-	if err := op.client.List(ctx, &eps); err != nil {
-		return fmt.Errorf("list AllotEndpoints: %w", err)
-	}
-	items := map[string]*gcItem{}
-	var cis, eis []*gcItem
-	for i := range claims.Items {
-		it := claimItem(&claims.Items[i])
-		cis = append(cis, it)
-		items[it.key] = it
-	}
-	for i := range eps.Items {
-		it := endpointItem(&eps.Items[i])
-		eis = append(eis, it)
-		items[it.key] = it
-	}
-	stale, err := op.gcView(op.client).judge(ctx, cis, eis)
+	cis, eis, err := g.list(ctx)
 	if err != nil {
 		return err
 	}
-	now := time.Now()
-	grace := op.opts.SharedPools.GCGrace
+	stale, err := g.view(g.client).judge(ctx, cis, eis)
+	if err != nil {
+		return err
+	}
+	items := map[string]*gcItem{}
+	for _, it := range append(slices.Clone(cis), eis...) {
+		items[it.key] = it
+	}
+	var due []string
+	g.stale, due = advanceStale(g.stale, stale, items, g.now(), g.grace)
+	for _, key := range due {
+		if ctx.Err() != nil {
+			return nil
+		}
+		g.free(ctx, items[key])
+	}
+	g.m.gcStale.Set(float64(len(g.stale)))
+	return nil
+}
+
+// list reads every claim and endpoint from the cache.
+func (g *sharedGC) list(ctx context.Context) (claims, endpoints []*gcItem, err error) {
+	var cl allotv1.AddressClaimList
+	if err := g.client.List(ctx, &cl); err != nil {
+		return nil, nil, fmt.Errorf("list AddressClaims: %w", err)
+	}
+	var eps allotv1.AllotEndpointList
+	if err := g.client.List(ctx, &eps); err != nil {
+		return nil, nil, fmt.Errorf("list AllotEndpoints: %w", err)
+	}
+	for i := range cl.Items {
+		claims = append(claims, claimItem(&cl.Items[i]))
+	}
+	for i := range eps.Items {
+		endpoints = append(endpoints, endpointItem(&eps.Items[i]))
+	}
+	return claims, endpoints, nil
+}
+
+// advanceStale is the grace-period bookkeeping of one scan: the marks of the items judged
+// stale now (a new or changed item starts its wait again), and the keys due for freeing,
+// claims before endpoints. Pure.
+func advanceStale(prev map[string]*staleMark, stale map[string]string, items map[string]*gcItem,
+	now time.Time, grace time.Duration) (map[string]*staleMark, []string) {
+	next := make(map[string]*staleMark, len(stale))
 	var due []string
 	for key, reason := range stale {
 		rv := items[key].obj.GetResourceVersion()
-		m := g.stale[key]
+		m := prev[key]
 		if m == nil || m.rv != rv {
 			// New, or changed since it was first seen stale: the wait starts again.
-			m = &staleMark{rv: rv, since: now, reason: reason}
-			g.stale[key] = m
+			m = &staleMark{rv: rv, since: now}
 		}
 		m.reason = reason
+		next[key] = m
 		if now.Sub(m.since) >= grace {
 			due = append(due, key)
-		}
-	}
-	for key := range g.stale {
-		if _, ok := stale[key]; !ok {
-			delete(g.stale, key)
 		}
 	}
 	// Claims before endpoints: a StatefulSet pod scaled back up finds its endpoint and takes
@@ -492,44 +548,18 @@ func (g *sharedGC) scan(ctx context.Context) error {
 		}
 		return strings.Compare(a, b)
 	})
-	for _, key := range due {
-		if ctx.Err() != nil {
-			return nil
-		}
-		g.free(ctx, items[key])
-	}
-	op.shared.m.gcStale.Set(float64(len(g.stale)))
-	return nil
+	return next, due
 }
 
 // free re-checks it against the API server and deletes it with preconditions.
 func (g *sharedGC) free(ctx context.Context, it *gcItem) {
-	op := g.op
-	direct := op.gcView(op.reader)
-	var reason string
-	var err error
-	if it.kind == gcKindClaim {
-		// Duplicates are judged within their group; re-read the group's endpoint.
-		reason, err = direct.holderGone(ctx, it.h)
-		if err == nil && reason == "" && g.stale[it.key].reason == gcDuplicate {
-			var ep *allotv1.AllotEndpoint
-			ep, err = direct.endpoint(ctx, it.h.ns, it.h.pod)
-			if err == nil {
-				listed := endpointAddrs(ep, it.h.uid, it.iface)
-				if len(listed) > 0 && !listed[it.addr] && sameFamilyListed(listed, it.addr) {
-					reason = gcDuplicate
-				}
-			}
-		}
-	} else {
-		reason, err = direct.holderGone(ctx, it.h)
-	}
+	reason, err := g.finalCheck(ctx, it)
 	if err != nil {
-		op.log.Warn("shared-pool GC: final check failed; keeping", "object", it.key, "err", err)
+		g.log.Warn("shared-pool GC: final check failed; keeping", "object", it.key, "err", err)
 		return
 	}
 	if reason == "" {
-		op.log.Info("shared-pool GC: holder is back; keeping", "object", it.key, "holder", it.h.String())
+		g.log.Info("shared-pool GC: holder is back; keeping", "object", it.key, "holder", it.h.String())
 		delete(g.stale, it.key)
 		return
 	}
@@ -537,36 +567,58 @@ func (g *sharedGC) free(ctx context.Context, it *gcItem) {
 		(*f)(it.kind, it.obj.GetName())
 	}
 	uid, rv := it.obj.GetUID(), it.obj.GetResourceVersion()
-	err = op.client.Delete(ctx, it.obj, client.Preconditions{UID: &uid, ResourceVersion: &rv})
+	err = g.client.Delete(ctx, it.obj, client.Preconditions{UID: &uid, ResourceVersion: &rv})
 	delete(g.stale, it.key)
 	switch {
 	case apierrors.IsConflict(err):
 		// Changed since judged (an agent took it over): not freed; judged again afresh.
-		op.shared.m.gcRaces.WithLabelValues(it.kind).Inc()
-		op.log.Info("shared-pool GC: object changed before delete; kept", "object", it.key, "reason", reason)
-		return
+		g.m.gcRaces.WithLabelValues(it.kind).Inc()
+		g.log.Info("shared-pool GC: object changed before delete; kept", "object", it.key, "reason", reason)
 	case apierrors.IsNotFound(err):
-		return
 	case err != nil:
-		op.log.Warn("shared-pool GC: delete failed", "object", it.key, "err", err)
-		return
+		g.log.Warn("shared-pool GC: delete failed", "object", it.key, "err", err)
+	default:
+		g.report(ctx, it, reason)
 	}
+}
+
+// finalCheck recomputes it's verdict from the API server itself; duplicates are judged
+// within their group, so the group's endpoint is read again.
+func (g *sharedGC) finalCheck(ctx context.Context, it *gcItem) (string, error) {
+	direct := g.view(g.reader)
+	reason, err := direct.holderGone(ctx, it.h)
+	if err != nil || reason != "" || it.kind != gcKindClaim || g.stale[it.key].reason != gcDuplicate {
+		return reason, err
+	}
+	ep, err := direct.endpoint(ctx, it.h.ns, it.h.pod)
+	if err != nil {
+		return "", err
+	}
+	listed := endpointAddrs(ep, it.h.uid, it.iface)
+	if len(listed) > 0 && !listed[it.addr] && sameFamilyListed(listed, it.addr) {
+		return gcDuplicate, nil
+	}
+	return "", nil
+}
+
+// report counts, logs and records an Event for a freed item.
+func (g *sharedGC) report(ctx context.Context, it *gcItem, reason string) {
 	if it.kind == gcKindClaim {
-		op.shared.m.claimsFreed.WithLabelValues(reason).Inc()
-		op.log.Info("shared-pool GC: address freed", "address", it.addr, "pool", it.pool, "holder", it.h.String(),
+		g.m.claimsFreed.WithLabelValues(reason).Inc()
+		g.log.Info("shared-pool GC: address freed", "address", it.addr, "pool", it.pool, "holder", it.h.String(),
 			"interface", it.iface, "reason", reason)
 		var pool allotv1.SharedIPPool
 		target := client.Object(it.obj)
-		if op.client.Get(ctx, types.NamespacedName{Name: it.pool}, &pool) == nil {
+		if g.client.Get(ctx, types.NamespacedName{Name: it.pool}, &pool) == nil {
 			target = &pool
 		}
-		op.event(target, corev1.EventTypeNormal, "AddressFreed", "GarbageCollect",
+		g.event(target, corev1.EventTypeNormal, "AddressFreed", "GarbageCollect",
 			"freed %s held by %s (%s): %s", it.addr, it.h, it.iface, gcReasonText(reason))
 		return
 	}
-	op.shared.m.endpointsFreed.WithLabelValues(reason).Inc()
-	op.log.Info("shared-pool GC: endpoint deleted", "endpoint", it.h.String(), "reason", reason)
-	op.event(it.obj, corev1.EventTypeNormal, "EndpointFreed", "GarbageCollect",
+	g.m.endpointsFreed.WithLabelValues(reason).Inc()
+	g.log.Info("shared-pool GC: endpoint deleted", "endpoint", it.h.String(), "reason", reason)
+	g.event(it.obj, corev1.EventTypeNormal, "EndpointFreed", "GarbageCollect",
 		"deleted AllotEndpoint %s: %s", it.h, gcReasonText(reason))
 }
 
