@@ -34,30 +34,16 @@ const (
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
-		allocated: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "allot", Subsystem: "operator", Name: "blocks_allocated_total",
-			Help: "Per-node CIDR blocks handed to nodes.",
-		}, []string{"kind", "source"}),
-		released: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "allot", Subsystem: "operator", Name: "blocks_released_total",
-			Help: "Per-node CIDR blocks taken back (released by the agent or the node deleted).",
-		}, []string{"kind", "source"}),
-		exhausted: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "allot", Subsystem: "operator", Name: "exhausted_total",
-			Help: "Requests that found no free block in a pool or ClusterCIDRConfig.",
-		}, []string{"kind", "source"}),
-		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "allot", Subsystem: "operator", Name: "refusals_total",
-			Help: "Refused changes (in-use CIDR removal, in-use pool deletion) and unservable nodes.",
-		}, []string{"reason"}),
-		blocks: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: "allot", Subsystem: "operator", Name: "blocks",
-			Help: "Per-node CIDR blocks currently held by nodes.",
-		}, []string{"kind", "source", "family"}),
-		capacity: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: "allot", Subsystem: "operator", Name: "blocks_capacity",
-			Help: "Per-node CIDR blocks a pool or ClusterCIDRConfig can hand out in all (held and free); blocks/blocks_capacity is how full it is.",
-		}, []string{"kind", "source", "family"}),
+		allocated: counterVec("blocks_allocated_total", "Per-node CIDR blocks handed to nodes.", "kind", "source"),
+		released: counterVec("blocks_released_total",
+			"Per-node CIDR blocks taken back (released by the agent or the node deleted).", "kind", "source"),
+		exhausted: counterVec("exhausted_total", "Requests that found no free block in a pool or ClusterCIDRConfig.", "kind", "source"),
+		refusals: counterVec("refusals_total",
+			"Refused changes (in-use CIDR removal, in-use pool deletion) and unservable nodes.", "reason"),
+		blocks: gaugeVec("blocks", "Per-node CIDR blocks currently held by nodes.", "kind", "source", "family"),
+		capacity: gaugeVec("blocks_capacity",
+			"Per-node CIDR blocks a pool or ClusterCIDRConfig can hand out in all (held and free); blocks/blocks_capacity is how full it is.",
+			"kind", "source", "family"),
 		fenced: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "allot", Subsystem: "operator", Name: "fenced_writes_total",
 			Help: "Hand-outs not written because a live read of the Lease showed it lost or too old to renew in time.",
@@ -72,36 +58,41 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Buckets: prometheus.ExponentialBuckets(0.01, 2, 12),
 		}),
 	}
-	var err error
-	m.allocated, err = register(reg, m.allocated)
-	if err == nil {
-		m.released, err = register(reg, m.released)
-	}
-	if err == nil {
-		m.exhausted, err = register(reg, m.exhausted)
-	}
-	if err == nil {
-		m.refusals, err = register(reg, m.refusals)
-	}
-	if err == nil {
-		m.blocks, err = register(reg, m.blocks)
-	}
-	if err == nil {
-		m.capacity, err = register(reg, m.capacity)
-	}
-	if err == nil {
-		m.fenced, err = register(reg, m.fenced)
-	}
-	if err == nil {
-		m.leader, err = register(reg, m.leader)
-	}
-	if err == nil {
-		m.convergeS, err = register(reg, m.convergeS)
-	}
+	err := registerAll(reg, into(&m.allocated), into(&m.released), into(&m.exhausted), into(&m.refusals),
+		into(&m.blocks), into(&m.capacity), into(&m.fenced), into(&m.leader), into(&m.convergeS))
 	if err != nil {
 		return nil, fmt.Errorf("operator: metrics: %w", err)
 	}
 	return m, nil
+}
+
+// counterVec and gaugeVec are allot_operator_<name> series.
+func counterVec(name, help string, labels ...string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "allot", Subsystem: "operator", Name: name, Help: help}, labels)
+}
+
+func gaugeVec(name, help string, labels ...string) *prometheus.GaugeVec {
+	return prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "allot", Subsystem: "operator", Name: name, Help: help}, labels)
+}
+
+// into registers *p, replacing it with the collector already registered under the same
+// description (register).
+func into[C prometheus.Collector](p *C) func(prometheus.Registerer) error {
+	return func(reg prometheus.Registerer) error {
+		c, err := register(reg, *p)
+		*p = c
+		return err
+	}
+}
+
+// registerAll registers every collector, stopping at the first error.
+func registerAll(reg prometheus.Registerer, regs ...func(prometheus.Registerer) error) error {
+	for _, r := range regs {
+		if err := r(reg); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // register registers c, or returns the collector already registered under the same

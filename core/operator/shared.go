@@ -218,62 +218,28 @@ const (
 
 func newSharedMetrics(reg prometheus.Registerer) (*sharedMetrics, error) {
 	m := &sharedMetrics{
-		claimsFreed: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "allot", Subsystem: "operator", Name: "shared_claims_freed_total",
-			Help: "AddressClaims deleted by the shared-pool garbage collector, by reason.",
-		}, []string{"reason"}),
-		endpointsFreed: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "allot", Subsystem: "operator", Name: "shared_endpoints_freed_total",
-			Help: "AllotEndpoints deleted by the shared-pool garbage collector, by reason.",
-		}, []string{"reason"}),
-		gcRaces: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "allot", Subsystem: "operator", Name: "shared_gc_precondition_failed_total",
-			Help: "Garbage-collector deletes refused because the object changed (taken over) after the decision.",
-		}, []string{"kind"}),
+		claimsFreed: counterVec("shared_claims_freed_total",
+			"AddressClaims deleted by the shared-pool garbage collector, by reason.", "reason"),
+		endpointsFreed: counterVec("shared_endpoints_freed_total",
+			"AllotEndpoints deleted by the shared-pool garbage collector, by reason.", "reason"),
+		gcRaces: counterVec("shared_gc_precondition_failed_total",
+			"Garbage-collector deletes refused because the object changed (taken over) after the decision.", "kind"),
 		gcStale: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "allot", Subsystem: "operator", Name: "shared_gc_stale",
 			Help: "AddressClaims and AllotEndpoints that look stale and wait out the grace period.",
 		}),
-		allocated: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: "allot", Subsystem: "operator", Name: "shared_pool_allocated_ips",
-			Help: "Addresses of a SharedIPPool held by pods (AddressClaims).",
-		}, []string{"pool", "family"}),
-		total: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: "allot", Subsystem: "operator", Name: "shared_pool_total_ips",
-			Help: "Addresses a SharedIPPool can hand out (ips - excludeIPs - reserved).",
-		}, []string{"pool", "family"}),
+		allocated: gaugeVec("shared_pool_allocated_ips", "Addresses of a SharedIPPool held by pods (AddressClaims).", "pool", "family"),
+		total: gaugeVec("shared_pool_total_ips",
+			"Addresses a SharedIPPool can hand out (ips - excludeIPs - reserved).", "pool", "family"),
 		conflicts: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "allot", Subsystem: "operator", Name: "shared_pools_conflicting",
 			Help: "SharedIPPools that hand out nothing because they overlap an older pool (AddressConflict).",
 		}),
-		admission: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "allot", Subsystem: "operator", Name: "shared_admission_total",
-			Help: "Admission webhook answers, by kind and result (allowed, denied, error).",
-		}, []string{"kind", "result"}),
+		admission: counterVec("shared_admission_total",
+			"Admission webhook answers, by kind and result (allowed, denied, error).", "kind", "result"),
 	}
-	var err error
-	m.claimsFreed, err = register(reg, m.claimsFreed)
-	if err == nil {
-		m.endpointsFreed, err = register(reg, m.endpointsFreed)
-	}
-	if err == nil {
-		m.gcRaces, err = register(reg, m.gcRaces)
-	}
-	if err == nil {
-		m.gcStale, err = register(reg, m.gcStale)
-	}
-	if err == nil {
-		m.allocated, err = register(reg, m.allocated)
-	}
-	if err == nil {
-		m.total, err = register(reg, m.total)
-	}
-	if err == nil {
-		m.conflicts, err = register(reg, m.conflicts)
-	}
-	if err == nil {
-		m.admission, err = register(reg, m.admission)
-	}
+	err := registerAll(reg, into(&m.claimsFreed), into(&m.endpointsFreed), into(&m.gcRaces), into(&m.gcStale),
+		into(&m.allocated), into(&m.total), into(&m.conflicts), into(&m.admission))
 	if err != nil {
 		return nil, fmt.Errorf("operator: shared-pool metrics: %w", err)
 	}
