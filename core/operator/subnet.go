@@ -24,6 +24,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"net/netip"
 	"slices"
@@ -64,11 +65,14 @@ const (
 // errSubnetExhausted: the subnet has too few free addresses for a pool's growth.
 var errSubnetExhausted = errors.New("subnet exhausted")
 
-// subnetCtl is one term's SpiderSubnet controller.
+// subnetCtl is one term's SpiderSubnet controller: the reconciler of AllotSubnets and the
+// auto pools cut from them. Its decisions are pure (cutAddresses, shrinkPlan, autoPool); the
+// steps around them read from the API server and write with resourceVersions.
 type subnetCtl struct {
-	op     *operator
-	c      client.Client // cache-backed: workloads
+	c      client.Client // cache-backed: workloads; writes
 	r      client.Reader // the API server itself: subnets, pools, claims
+	log    *slog.Logger
+	event  eventFunc
 	q      workqueue.TypedRateLimitingInterface[string]
 	resync time.Duration
 }
@@ -85,7 +89,7 @@ func (op *operator) setupSubnets(mgr ctrl.Manager) error {
 		return nil
 	}
 	s := &subnetCtl{
-		op: op, c: op.client, r: op.reader, resync: op.opts.SharedPools.SubnetResync,
+		c: op.client, r: op.reader, log: op.log, event: op.event, resync: op.opts.SharedPools.SubnetResync,
 		q: workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
 	}
 	return mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
@@ -97,8 +101,46 @@ func (op *operator) setupSubnets(mgr ctrl.Manager) error {
 
 // run is the controller's runnable: informers on the workloads, subnets and auto
 // pools feed one work queue of application IDs (and sweeps); two workers drain it.
-func (s *subnetCtl) run(ctx context.Context, informers func(context.Context, client.Object) (cache.Informer, error)) error {
+func (s *subnetCtl) run(ctx context.Context, informers informerFunc) error {
 	defer s.q.ShutDown()
+	if err := s.watchApps(ctx, informers); err != nil {
+		return err
+	}
+	if err := s.watchSubnets(ctx, informers); err != nil {
+		return err
+	}
+	if err := s.watchAutoPools(ctx, informers); err != nil {
+		return err
+	}
+	done := make(chan struct{})
+	for range 2 {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for s.work(ctx) {
+			}
+		}()
+	}
+	t := time.NewTicker(s.resync)
+	defer t.Stop()
+	s.q.Add(sweepKey)
+	for {
+		select {
+		case <-ctx.Done():
+			s.q.ShutDown()
+			<-done
+			<-done
+			return nil
+		case <-t.C:
+			s.q.Add(sweepKey)
+		}
+	}
+}
+
+// informerFunc gets the term's shared informer for a kind.
+type informerFunc func(context.Context, client.Object) (cache.Informer, error)
+
+// watchApps queues the application of every workload event.
+func (s *subnetCtl) watchApps(ctx context.Context, informers informerFunc) error {
 	enqueueApp := func(o any) {
 		if t, ok := o.(toolscache.DeletedFinalStateUnknown); ok {
 			o = t.Obj
@@ -124,13 +166,18 @@ func (s *subnetCtl) run(ctx context.Context, informers func(context.Context, cli
 			return fmt.Errorf("subnets: event handler for %s: %w", kind, err)
 		}
 	}
-	// A subnet changed (or new): sweep, which writes its counts and re-checks its pools.
+	return nil
+}
+
+// watchSubnets sweeps when a subnet changed (or is new): the sweep writes its counts and
+// re-checks its pools.
+func (s *subnetCtl) watchSubnets(ctx context.Context, informers informerFunc) error {
 	subInf, err := informers(ctx, &allotv1.AllotSubnet{})
 	if err != nil {
 		return fmt.Errorf("subnets: informer for AllotSubnet: %w", err)
 	}
 	sweep := func(any) { s.q.Add(sweepKey) }
-	if _, err := subInf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+	_, err = subInf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 		AddFunc: sweep, UpdateFunc: func(o, n any) {
 			if oo, ok := o.(*allotv1.AllotSubnet); ok {
 				if nn, ok := n.(*allotv1.AllotSubnet); ok && oo.Generation == nn.Generation {
@@ -139,10 +186,13 @@ func (s *subnetCtl) run(ctx context.Context, informers func(context.Context, cli
 			}
 			sweep(n)
 		}, DeleteFunc: sweep,
-	}); err != nil {
-		return err
-	}
-	// An auto pool changed or went away (its last claim freed): its application decides.
+	})
+	return err
+}
+
+// watchAutoPools queues the application of an auto pool that changed or went away (its last
+// claim freed).
+func (s *subnetCtl) watchAutoPools(ctx context.Context, informers informerFunc) error {
 	poolInf, err := informers(ctx, &allotv1.SharedIPPool{})
 	if err != nil {
 		return fmt.Errorf("subnets: informer for SharedIPPool: %w", err)
@@ -157,7 +207,7 @@ func (s *subnetCtl) run(ctx context.Context, informers func(context.Context, cli
 			}
 		}
 	}
-	if _, err := poolInf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+	_, err = poolInf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 		AddFunc: byPool,
 		UpdateFunc: func(o, n any) {
 			// Status writes (every claim changes the counts) are not the application's
@@ -170,32 +220,8 @@ func (s *subnetCtl) run(ctx context.Context, informers func(context.Context, cli
 			byPool(n)
 		},
 		DeleteFunc: byPool,
-	}); err != nil {
-		return err
-	}
-
-	done := make(chan struct{})
-	for range 2 {
-		go func() {
-			defer func() { done <- struct{}{} }()
-			for s.work(ctx) {
-			}
-		}()
-	}
-	t := time.NewTicker(s.resync)
-	defer t.Stop()
-	s.q.Add(sweepKey)
-	for {
-		select {
-		case <-ctx.Done():
-			s.q.ShutDown()
-			<-done
-			<-done
-			return nil
-		case <-t.C:
-			s.q.Add(sweepKey)
-		}
-	}
+	})
+	return err
 }
 
 // work handles one key; false when the queue is shut down.
@@ -214,7 +240,7 @@ func (s *subnetCtl) work(ctx context.Context) bool {
 	}
 	switch {
 	case err != nil && ctx.Err() == nil:
-		s.op.log.Warn("subnets: reconcile failed; retrying", "key", key, "err", err)
+		s.log.Warn("subnets: reconcile failed; retrying", "key", key, "err", err)
 		s.q.AddRateLimited(key)
 	case again > 0:
 		s.q.Forget(key)
@@ -254,24 +280,16 @@ func (s *subnetCtl) reconcileApp(ctx context.Context, id string) (time.Duration,
 	if !ok {
 		return 0, nil
 	}
-	obj := newAppObject(kind)
-	var a *app
-	err := s.c.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, obj)
-	switch {
-	case apierrors.IsNotFound(err):
-	case err != nil:
+	a, err := s.app(ctx, kind, ns, name)
+	if err != nil {
 		return 0, fmt.Errorf("get %s: %w", id, err)
-	case obj.GetDeletionTimestamp() == nil:
-		if got, ok := appOf(obj); ok {
-			a = &got
-		}
 	}
 	var wants []poolWant
 	if a != nil {
 		if wants, err = a.wants(); err != nil {
 			// Keep what the application has: a typo in an annotation must not reclaim its
 			// addresses. The Event tells the user what to fix.
-			s.op.event(a.Obj, corev1.EventTypeWarning, "InvalidSubnetAnnotation", "FitAutoPool", "%s %s: %v", kind, id, err)
+			s.event(a.Obj, corev1.EventTypeWarning, "InvalidSubnetAnnotation", "FitAutoPool", "%s %s: %v", kind, id, err)
 			return 0, nil
 		}
 	}
@@ -281,7 +299,7 @@ func (s *subnetCtl) reconcileApp(ctx context.Context, id string) (time.Duration,
 		wanted[w.Pool] = true
 		wait, err := s.fit(ctx, a, w)
 		if errors.Is(err, errSubnetExhausted) {
-			s.op.event(a.Obj, corev1.EventTypeWarning, "SubnetExhausted", "FitAutoPool", "%v", err)
+			s.event(a.Obj, corev1.EventTypeWarning, "SubnetExhausted", "FitAutoPool", "%v", err)
 			again = s.resync
 			continue
 		}
@@ -292,60 +310,62 @@ func (s *subnetCtl) reconcileApp(ctx context.Context, id string) (time.Duration,
 			again = s.resync
 		}
 	}
-	// Allocations of this application no longer wanted: reclaim (or keep) their pools.
+	wait, err := s.retireUnwanted(ctx, id, wanted)
+	if err != nil {
+		return 0, err
+	}
+	if wait {
+		again = s.resync
+	}
+	return again, nil
+}
+
+// app reads the application; nil when it is gone, being deleted, or not an application.
+func (s *subnetCtl) app(ctx context.Context, kind, ns, name string) (*app, error) {
+	obj := newAppObject(kind)
+	err := s.c.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, obj)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, err
+	case obj.GetDeletionTimestamp() != nil:
+		return nil, nil
+	}
+	if got, ok := appOf(obj); ok {
+		return &got, nil
+	}
+	return nil, nil
+}
+
+// retireUnwanted reclaims (or keeps) the pools of allocations of application id it no longer
+// asks for; wait is true while one is still draining.
+func (s *subnetCtl) retireUnwanted(ctx context.Context, id string, wanted map[string]bool) (wait bool, err error) {
 	var subs allotv1.AllotSubnetList
 	if err := s.r.List(ctx, &subs); err != nil {
-		return 0, fmt.Errorf("list AllotSubnets: %w", err)
+		return false, fmt.Errorf("list AllotSubnets: %w", err)
 	}
 	for i := range subs.Items {
 		for _, al := range subs.Items[i].Status.Allocations {
 			if al.Application != id || wanted[al.Pool] {
 				continue
 			}
-			wait, err := s.retire(ctx, subs.Items[i].Name, al)
+			w, err := s.retire(ctx, subs.Items[i].Name, al)
 			if err != nil {
-				return 0, err
+				return false, err
 			}
-			if wait {
-				again = s.resync
-			}
+			wait = wait || w
 		}
 	}
-	return again, nil
+	return wait, nil
 }
 
 // fit makes the pool w hold exactly w.Size addresses of its subnet, keeping those it has.
 // wait is true when addresses to give back are still held by pods (the shrink finishes later).
 func (s *subnetCtl) fit(ctx context.Context, a *app, w poolWant) (wait bool, err error) {
-	var sub allotv1.AllotSubnet
-	if err := s.r.Get(ctx, client.ObjectKey{Name: w.Subnet}, &sub); err != nil {
-		if apierrors.IsNotFound(err) {
-			s.op.event(a.Obj, corev1.EventTypeWarning, "SubnetNotFound", "FitAutoPool",
-				"%s: pod template annotation names AllotSubnet %q for %s of interface %s, which does not exist", a.id(), w.Subnet, w.Family, w.Interface)
-			return true, nil
-		}
-		return false, fmt.Errorf("get AllotSubnet %s: %w", w.Subnet, err)
+	if ok, wait, err := s.canFit(ctx, a, w); !ok {
+		return wait, err
 	}
-	if subnetFamily(&sub, w.Family) == nil {
-		s.op.event(a.Obj, corev1.EventTypeWarning, "SubnetFamilyMissing", "FitAutoPool",
-			"%s: AllotSubnet %q has no spec.%s, but the annotation asks for an %s pool", a.id(), w.Subnet, w.Family, w.Family.Label())
-		return false, nil
-	}
-	// An existing pool of that name that the operator did not make is not taken over.
-	var pool allotv1.SharedIPPool
-	err = s.r.Get(ctx, client.ObjectKey{Name: w.Pool}, &pool)
-	if err == nil && pool.Labels[allotv1.LabelAutoPool] != "true" {
-		s.op.event(a.Obj, corev1.EventTypeWarning, "PoolNameTaken", "FitAutoPool",
-			"%s: SharedIPPool %q exists and was not made for this application; it is left alone", a.id(), w.Pool)
-		return false, nil
-	}
-	if err == nil && pool.DeletionTimestamp != nil {
-		return true, nil // being reclaimed; a new one is cut once it is gone
-	}
-	if err != nil && !apierrors.IsNotFound(err) {
-		return false, fmt.Errorf("get SharedIPPool %s: %w", w.Pool, err)
-	}
-
 	held, err := s.grow(ctx, w, a.id())
 	if err != nil {
 		return false, err
@@ -353,14 +373,51 @@ func (s *subnetCtl) fit(ctx context.Context, a *app, w poolWant) (wait bool, err
 	if held.Size() <= w.Size {
 		return false, s.ensurePool(ctx, a, w, held)
 	}
-	// Shrink: give back addresses no claim holds, the highest first, after the pool no
-	// longer lists them.
+	return s.shrink(ctx, a, w, held)
+}
+
+// canFit checks that w's subnet has its family and that its pool, if it exists, is an auto
+// pool not being deleted; if not, ok is false and the application waits (wait) or is told by
+// an Event.
+func (s *subnetCtl) canFit(ctx context.Context, a *app, w poolWant) (ok, wait bool, err error) {
+	var sub allotv1.AllotSubnet
+	if err := s.r.Get(ctx, client.ObjectKey{Name: w.Subnet}, &sub); err != nil {
+		if apierrors.IsNotFound(err) {
+			s.event(a.Obj, corev1.EventTypeWarning, "SubnetNotFound", "FitAutoPool",
+				"%s: pod template annotation names AllotSubnet %q for %s of interface %s, which does not exist", a.id(), w.Subnet, w.Family, w.Interface)
+			return false, true, nil
+		}
+		return false, false, fmt.Errorf("get AllotSubnet %s: %w", w.Subnet, err)
+	}
+	if subnetFamily(&sub, w.Family) == nil {
+		s.event(a.Obj, corev1.EventTypeWarning, "SubnetFamilyMissing", "FitAutoPool",
+			"%s: AllotSubnet %q has no spec.%s, but the annotation asks for an %s pool", a.id(), w.Subnet, w.Family, w.Family.Label())
+		return false, false, nil
+	}
+	// An existing pool of that name that the operator did not make is not taken over.
+	var pool allotv1.SharedIPPool
+	err = s.r.Get(ctx, client.ObjectKey{Name: w.Pool}, &pool)
+	switch {
+	case err == nil && pool.Labels[allotv1.LabelAutoPool] != "true":
+		s.event(a.Obj, corev1.EventTypeWarning, "PoolNameTaken", "FitAutoPool",
+			"%s: SharedIPPool %q exists and was not made for this application; it is left alone", a.id(), w.Pool)
+		return false, false, nil
+	case err == nil && pool.DeletionTimestamp != nil:
+		return false, true, nil // being reclaimed; a new one is cut once it is gone
+	case err != nil && !apierrors.IsNotFound(err):
+		return false, false, fmt.Errorf("get SharedIPPool %s: %w", w.Pool, err)
+	}
+	return true, false, nil
+}
+
+// shrink gives back addresses no claim holds, the highest first, after the pool no longer
+// lists them. wait is true when addresses to give back are still held by pods.
+func (s *subnetCtl) shrink(ctx context.Context, a *app, w poolWant, held addrset.Set) (wait bool, err error) {
 	claimed, err := s.claimed(ctx, w.Pool, w.Family)
 	if err != nil {
 		return false, err
 	}
-	drop := top(held.Subtract(claimed), held.Size()-w.Size)
-	keep := held.Subtract(drop)
+	drop, keep := shrinkPlan(held, claimed, w.Size)
 	if err := s.ensurePool(ctx, a, w, keep); err != nil {
 		return false, err
 	}
@@ -385,6 +442,23 @@ func (s *subnetCtl) fit(ctx context.Context, a *app, w poolWant) (wait bool, err
 		return false, err
 	}
 	return held.Size()-give.Size() > w.Size, nil
+}
+
+// shrinkPlan splits held into the addresses to drop (the highest that no claim holds, as
+// many as exceed size) and those the pool keeps. Pure.
+func shrinkPlan(held, claimed addrset.Set, size uint64) (drop, keep addrset.Set) {
+	drop = top(held.Subtract(claimed), held.Size()-min(size, held.Size()))
+	return drop, held.Subtract(drop)
+}
+
+// cutAddresses grows cur to size addresses with the lowest of free; need is how many it
+// lacked, ok false when free has fewer. Pure.
+func cutAddresses(cur, free addrset.Set, size uint64) (out addrset.Set, need uint64, ok bool) {
+	need = size - min(cur.Size(), size)
+	if free.Size() < need {
+		return cur, need, false
+	}
+	return cur.Union(bottom(free, need)), need, true
 }
 
 // grow makes the subnet's allocation for w.Pool hold at least w.Size addresses and returns
@@ -412,12 +486,12 @@ func (s *subnetCtl) grow(ctx context.Context, w poolWant, appID string) (addrset
 		if err != nil {
 			return false, err
 		}
-		need := w.Size - min(cur.Size(), w.Size)
-		if free.Size() < need {
+		cut, need, ok := cutAddresses(cur, free, w.Size)
+		if !ok {
 			return false, fmt.Errorf("%w: AllotSubnet %q has %d free %s addresses; pool %q of %s needs %d more",
 				errSubnetExhausted, sub.Name, free.Size(), w.Family.Label(), w.Pool, appID, need)
 		}
-		out = cur.Union(bottom(free, need))
+		out = cut
 		if i < 0 {
 			sub.Status.Allocations = append(sub.Status.Allocations, allotv1.SubnetAllocation{
 				Pool: w.Pool, Family: string(w.Family), Application: appID, Interface: w.Interface})
@@ -565,7 +639,6 @@ func (s *subnetCtl) ensurePool(ctx context.Context, a *app, w poolWant, ips addr
 		if sf == nil {
 			return fmt.Errorf("AllotSubnet %s: spec.%s is not set", w.Subnet, w.Family)
 		}
-		fam := &allotv1.SharedPoolFamily{Subnet: sf.Subnet, IPs: ips.Strings(), Gateway: sf.Gateway, Routes: slices.Clone(sf.Routes)}
 		var pool allotv1.SharedIPPool
 		err := s.r.Get(ctx, client.ObjectKey{Name: w.Pool}, &pool)
 		if apierrors.IsNotFound(err) {
@@ -573,54 +646,64 @@ func (s *subnetCtl) ensurePool(ctx context.Context, a *app, w poolWant, ips addr
 		} else if err != nil {
 			return fmt.Errorf("get SharedIPPool %s: %w", w.Pool, err)
 		}
-		want := pool.DeepCopy()
-		if want.Labels == nil {
-			want.Labels = map[string]string{}
-		}
-		if want.Annotations == nil {
-			want.Annotations = map[string]string{}
-		}
-		want.Labels[allotv1.LabelSubnet] = allotk8s.LabelValue(w.Subnet)
-		want.Labels[allotv1.LabelAutoPool] = "true"
-		want.Annotations[allotv1.AnnotationAutoPoolApp] = a.id()
-		want.Annotations[allotv1.AnnotationAutoPoolAppUID] = string(a.UID)
-		want.Annotations[allotv1.AnnotationAutoPoolInterface] = w.Interface
-		want.Annotations[allotv1.AnnotationAutoPoolReclaim] = fmt.Sprint(w.Reclaim)
-		want.Spec.IPv4, want.Spec.IPv6 = nil, nil
-		if w.Family == policy.IPv4 {
-			want.Spec.IPv4 = fam
-		} else {
-			want.Spec.IPv6 = fam
-		}
-		// The pool belongs to the application: only its pods, in its namespace.
-		want.Spec.PodAffinity = a.Selector.DeepCopy()
-		want.Spec.NamespaceName = []string{a.Namespace}
+		want := autoPool(&pool, sf, a, w, ips)
 		if pool.ResourceVersion == "" {
-			// Born with the shared-pool finalizer, so that a pool reclaimed right after its
-			// creation still waits for its claims to be freed.
-			controllerutil.AddFinalizer(want, allotv1.FinalizerSharedPoolInUse)
-			err = s.op.client.Create(ctx, want)
+			err = s.c.Create(ctx, want)
 			if apierrors.IsAlreadyExists(err) {
 				continue
 			}
 			if err == nil {
-				s.op.log.Info("subnets: auto pool created", "pool", w.Pool, "subnet", w.Subnet, "application", a.id(), "ips", fam.IPs)
+				s.log.Info("subnets: auto pool created", "pool", w.Pool, "subnet", w.Subnet, "application", a.id(), "ips", ips.Strings())
 			}
 			return wrapPoolErr(err, "create", w.Pool)
 		}
 		if equality.Semantic.DeepEqual(want.Spec, pool.Spec) && equality.Semantic.DeepEqual(want.ObjectMeta, pool.ObjectMeta) {
 			return nil
 		}
-		err = s.op.client.Update(ctx, want)
+		err = s.c.Update(ctx, want)
 		if apierrors.IsConflict(err) {
 			continue
 		}
 		if err == nil {
-			s.op.log.Info("subnets: auto pool resized", "pool", w.Pool, "application", a.id(), "ips", fam.IPs)
+			s.log.Info("subnets: auto pool resized", "pool", w.Pool, "application", a.id(), "ips", ips.Strings())
 		}
 		return wrapPoolErr(err, "update", w.Pool)
 	}
 	return fmt.Errorf("SharedIPPool %s kept changing", w.Pool)
+}
+
+// autoPool is pool (as read, or new: no resourceVersion) as application a's pool w holding
+// ips of the subnet family sf should be. Pure.
+func autoPool(pool *allotv1.SharedIPPool, sf *allotv1.SubnetFamily, a *app, w poolWant, ips addrset.Set) *allotv1.SharedIPPool {
+	fam := &allotv1.SharedPoolFamily{Subnet: sf.Subnet, IPs: ips.Strings(), Gateway: sf.Gateway, Routes: slices.Clone(sf.Routes)}
+	want := pool.DeepCopy()
+	if want.Labels == nil {
+		want.Labels = map[string]string{}
+	}
+	if want.Annotations == nil {
+		want.Annotations = map[string]string{}
+	}
+	want.Labels[allotv1.LabelSubnet] = allotk8s.LabelValue(w.Subnet)
+	want.Labels[allotv1.LabelAutoPool] = "true"
+	want.Annotations[allotv1.AnnotationAutoPoolApp] = a.id()
+	want.Annotations[allotv1.AnnotationAutoPoolAppUID] = string(a.UID)
+	want.Annotations[allotv1.AnnotationAutoPoolInterface] = w.Interface
+	want.Annotations[allotv1.AnnotationAutoPoolReclaim] = fmt.Sprint(w.Reclaim)
+	want.Spec.IPv4, want.Spec.IPv6 = nil, nil
+	if w.Family == policy.IPv4 {
+		want.Spec.IPv4 = fam
+	} else {
+		want.Spec.IPv6 = fam
+	}
+	// The pool belongs to the application: only its pods, in its namespace.
+	want.Spec.PodAffinity = a.Selector.DeepCopy()
+	want.Spec.NamespaceName = []string{a.Namespace}
+	if pool.ResourceVersion == "" {
+		// Born with the shared-pool finalizer, so that a pool reclaimed right after its
+		// creation still waits for its claims to be freed.
+		controllerutil.AddFinalizer(want, allotv1.FinalizerSharedPoolInUse)
+	}
+	return want
 }
 
 func wrapPoolErr(err error, verb, pool string) error {
@@ -654,7 +737,7 @@ func (s *subnetCtl) retire(ctx context.Context, subnet string, al allotv1.Subnet
 				return false, nil
 			}
 			sub.Status.Allocations = slices.Delete(sub.Status.Allocations, i, i+1)
-			s.op.log.Info("subnets: allocation returned", "subnet", subnet, "pool", poolName)
+			s.log.Info("subnets: allocation returned", "subnet", subnet, "pool", poolName)
 			return true, nil
 		})
 	case err != nil:
@@ -667,13 +750,13 @@ func (s *subnetCtl) retire(ctx context.Context, subnet string, al allotv1.Subnet
 		return false, nil
 	}
 	pre := client.Preconditions{UID: &pool.UID, ResourceVersion: &pool.ResourceVersion}
-	if err := s.op.client.Delete(ctx, &pool, pre); err != nil && !apierrors.IsNotFound(err) {
+	if err := s.c.Delete(ctx, &pool, pre); err != nil && !apierrors.IsNotFound(err) {
 		if apierrors.IsConflict(err) {
 			return true, nil
 		}
 		return false, fmt.Errorf("delete SharedIPPool %s: %w", poolName, err)
 	}
-	s.op.log.Info("subnets: auto pool reclaimed", "pool", poolName, "subnet", subnet)
+	s.log.Info("subnets: auto pool reclaimed", "pool", poolName, "subnet", subnet)
 	return true, nil
 }
 
@@ -695,7 +778,7 @@ func (s *subnetCtl) updateStatus(ctx context.Context, name string, f func(*allot
 		if equality.Semantic.DeepEqual(before, &sub.Status) {
 			return nil
 		}
-		err := s.op.client.Status().Update(ctx, &sub)
+		err := s.c.Status().Update(ctx, &sub)
 		if apierrors.IsConflict(err) {
 			continue
 		}

@@ -19,8 +19,7 @@ func SubnetCut(ctx context.Context, cfg *rest.Config, subnet, pool string, n uin
 	if err != nil {
 		return nil, err
 	}
-	op := &operator{client: c, reader: c, log: slog.New(slog.DiscardHandler), opts: &Options{}}
-	s := &subnetCtl{op: op, c: c, r: c}
+	s := &subnetCtl{c: c, r: c, log: slog.New(slog.DiscardHandler)}
 	set, err := s.grow(ctx, poolWant{Pool: pool, Subnet: subnet, Family: policy.IPv4, Interface: "eth0", Size: n}, "Deployment/default/"+pool)
 	if err != nil {
 		return nil, err
