@@ -159,6 +159,42 @@ func startWebhook(ctx context.Context, opts *Options, log *slog.Logger) (func(),
 		return func() {}, nil
 	}
 	log = log.With("component", "webhook")
+	w, err := newWebhookServer(opts, log)
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST "+o.Path, w.serveAdmission)
+	mux.HandleFunc("GET /healthz", func(rw http.ResponseWriter, _ *http.Request) { _, _ = rw.Write([]byte("ok\n")) })
+	w.srv = &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: 5 * time.Second,
+		TLSConfig:         &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: w.certs.get},
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+	}
+	go func() {
+		if err := w.srv.ServeTLS(w.ln, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("webhook server stopped", "err", err)
+		}
+	}()
+	rctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	if o.Register {
+		wg.Go(func() { w.registerLoop(rctx) })
+	}
+	log.Info("admission webhook serving", "address", w.ln.Addr().String(), "url", o.URL, "service", o.ServiceNamespace+"/"+o.ServiceName)
+	return func() {
+		cancel()
+		wg.Wait()
+		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer scancel()
+		_ = w.srv.Shutdown(sctx)
+	}, nil
+}
+
+// newWebhookServer makes the webhook's client, listener and certificates.
+func newWebhookServer(opts *Options, log *slog.Logger) (*webhookServer, error) {
+	o := &opts.SharedPools.Webhook
 	m, err := newSharedMetrics(opts.Registry)
 	if err != nil {
 		return nil, err
@@ -186,33 +222,7 @@ func startWebhook(ctx context.Context, opts *Options, log *slog.Logger) (func(),
 		ln.Close()
 		return nil, fmt.Errorf("operator: webhook certificates: %w", err)
 	}
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST "+o.Path, w.serveAdmission)
-	mux.HandleFunc("GET /healthz", func(rw http.ResponseWriter, _ *http.Request) { _, _ = rw.Write([]byte("ok\n")) })
-	w.srv = &http.Server{
-		Handler:           mux,
-		ReadHeaderTimeout: 5 * time.Second,
-		TLSConfig:         &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: w.certs.get},
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
-	}
-	go func() {
-		if err := w.srv.ServeTLS(ln, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("webhook server stopped", "err", err)
-		}
-	}()
-	rctx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	if o.Register {
-		wg.Go(func() { w.registerLoop(rctx) })
-	}
-	log.Info("admission webhook serving", "address", ln.Addr().String(), "url", o.URL, "service", o.ServiceNamespace+"/"+o.ServiceName)
-	return func() {
-		cancel()
-		wg.Wait()
-		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer scancel()
-		_ = w.srv.Shutdown(sctx)
-	}, nil
+	return w, nil
 }
 
 func listenHostPort(a net.Addr) string {
@@ -284,76 +294,23 @@ func (w *webhookServer) serveAdmission(rw http.ResponseWriter, r *http.Request) 
 	_ = json.NewEncoder(rw).Encode(&out)
 }
 
-// judge returns the problems of one request.
+// judge returns the problems of one request: it decodes the object, reads what the kind's
+// rule needs from the API server, and asks the rule (admitConfig, poolProblems,
+// subnetProblems, ippoolProblems, validateReservedIP: pure).
 func (w *webhookServer) judge(ctx context.Context, req *admissionv1.AdmissionRequest) ([]string, error) {
 	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
 		return nil, nil
 	}
-	switch req.Resource.Resource {
-	case "clustercidrconfigs":
-		if !w.ccc {
-			return nil, nil
-		}
-		var obj allotv1.ClusterCIDRConfig
-		if err := json.Unmarshal(req.Object.Raw, &obj); err != nil {
-			return []string{"object: " + err.Error()}, nil
-		}
-		// The spec is immutable (CEL): only a create brings a new spec to judge.
-		if req.Operation != admissionv1.Create || obj.DeletionTimestamp != nil {
-			return nil, nil
-		}
-		var all allotv1.ClusterCIDRConfigList
-		if err := w.c.List(ctx, &all); err != nil {
-			return nil, fmt.Errorf("list ClusterCIDRConfigs: %w", err)
-		}
-		return admitConfig(&obj, all.Items, w.podCIDRs), nil
-	case "sharedippools":
-		if !w.shared {
-			return nil, nil
-		}
-		var obj allotv1.SharedIPPool
-		if err := json.Unmarshal(req.Object.Raw, &obj); err != nil {
-			return []string{"object: " + err.Error()}, nil
-		}
-		var old *allotv1.SharedIPPool
-		if req.Operation == admissionv1.Update && len(req.OldObject.Raw) > 0 {
-			old = &allotv1.SharedIPPool{}
-			if err := json.Unmarshal(req.OldObject.Raw, old); err != nil {
-				return []string{"oldObject: " + err.Error()}, nil
-			}
-		}
-		if !specChanged(&obj, old) || obj.DeletionTimestamp != nil {
-			return nil, nil
-		}
-		return validatePool(ctx, w.c, &obj, old)
-	case "allotsubnets":
-		if !w.shared {
-			return nil, nil
-		}
-		var obj allotv1.AllotSubnet
-		if err := json.Unmarshal(req.Object.Raw, &obj); err != nil {
-			return []string{"object: " + err.Error()}, nil
-		}
-		var old *allotv1.AllotSubnet
-		if req.Operation == admissionv1.Update && len(req.OldObject.Raw) > 0 {
-			old = &allotv1.AllotSubnet{}
-			if err := json.Unmarshal(req.OldObject.Raw, old); err != nil {
-				return []string{"oldObject: " + err.Error()}, nil
-			}
-			if equality.Semantic.DeepEqual(obj.Spec, old.Spec) {
-				return nil, nil
-			}
-		}
-		if obj.DeletionTimestamp != nil {
-			return nil, nil
-		}
-		return validateSubnet(ctx, w.c, &obj, old)
-	case "ippools":
+	switch r := req.Resource.Resource; {
+	case r == "clustercidrconfigs" && w.ccc:
+		return w.judgeConfig(ctx, req)
+	case r == "sharedippools" && w.shared:
+		return w.judgeSharedPool(ctx, req)
+	case r == "allotsubnets" && w.shared:
+		return w.judgeSubnet(ctx, req)
+	case r == "ippools":
 		return ippoolProblems(w.ippoolMode), nil
-	case "reservedips":
-		if !w.shared {
-			return nil, nil
-		}
+	case r == "reservedips" && w.shared:
 		var obj allotv1.ReservedIP
 		if err := json.Unmarshal(req.Object.Raw, &obj); err != nil {
 			return []string{"object: " + err.Error()}, nil
@@ -361,6 +318,61 @@ func (w *webhookServer) judge(ctx context.Context, req *admissionv1.AdmissionReq
 		return validateReservedIP(&obj), nil
 	}
 	return nil, nil
+}
+
+func (w *webhookServer) judgeConfig(ctx context.Context, req *admissionv1.AdmissionRequest) ([]string, error) {
+	var obj allotv1.ClusterCIDRConfig
+	if err := json.Unmarshal(req.Object.Raw, &obj); err != nil {
+		return []string{"object: " + err.Error()}, nil
+	}
+	// The spec is immutable (CEL): only a create brings a new spec to judge.
+	if req.Operation != admissionv1.Create || obj.DeletionTimestamp != nil {
+		return nil, nil
+	}
+	var all allotv1.ClusterCIDRConfigList
+	if err := w.c.List(ctx, &all); err != nil {
+		return nil, fmt.Errorf("list ClusterCIDRConfigs: %w", err)
+	}
+	return admitConfig(&obj, all.Items, w.podCIDRs), nil
+}
+
+func (w *webhookServer) judgeSharedPool(ctx context.Context, req *admissionv1.AdmissionRequest) ([]string, error) {
+	var obj allotv1.SharedIPPool
+	if err := json.Unmarshal(req.Object.Raw, &obj); err != nil {
+		return []string{"object: " + err.Error()}, nil
+	}
+	var old *allotv1.SharedIPPool
+	if req.Operation == admissionv1.Update && len(req.OldObject.Raw) > 0 {
+		old = &allotv1.SharedIPPool{}
+		if err := json.Unmarshal(req.OldObject.Raw, old); err != nil {
+			return []string{"oldObject: " + err.Error()}, nil
+		}
+	}
+	if !specChanged(&obj, old) || obj.DeletionTimestamp != nil {
+		return nil, nil
+	}
+	return validatePool(ctx, w.c, &obj, old)
+}
+
+func (w *webhookServer) judgeSubnet(ctx context.Context, req *admissionv1.AdmissionRequest) ([]string, error) {
+	var obj allotv1.AllotSubnet
+	if err := json.Unmarshal(req.Object.Raw, &obj); err != nil {
+		return []string{"object: " + err.Error()}, nil
+	}
+	var old *allotv1.AllotSubnet
+	if req.Operation == admissionv1.Update && len(req.OldObject.Raw) > 0 {
+		old = &allotv1.AllotSubnet{}
+		if err := json.Unmarshal(req.OldObject.Raw, old); err != nil {
+			return []string{"oldObject: " + err.Error()}, nil
+		}
+		if equality.Semantic.DeepEqual(obj.Spec, old.Spec) {
+			return nil, nil
+		}
+	}
+	if obj.DeletionTimestamp != nil {
+		return nil, nil
+	}
+	return validateSubnet(ctx, w.c, &obj, old)
 }
 
 // registerLoop registers the webhook, retrying with backoff until it succeeds or ctx ends.
@@ -555,17 +567,9 @@ func loadCertDir(dir string) (*certSource, []byte, error) {
 // generateCerts makes a CA (valid 10 years) and a serving certificate for hosts (1 year; the
 // operator restarts long before, and a restart makes new ones).
 func generateCerts(hosts []string) (*certSource, []byte, error) {
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, nil, err
-	}
 	now := time.Now().Add(-time.Hour) // clock skew between the operator and the API server
-	serial := func() *big.Int {
-		n, _ := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 120))
-		return n
-	}
 	caTmpl := &x509.Certificate{
-		SerialNumber:          serial(),
+		SerialNumber:          certSerial(),
 		Subject:               pkix.Name{CommonName: "allot-operator webhook CA " + now.UTC().Format(time.RFC3339)},
 		NotBefore:             now,
 		NotAfter:              now.AddDate(10, 0, 0),
@@ -573,7 +577,7 @@ func generateCerts(hosts []string) (*certSource, []byte, error) {
 		BasicConstraintsValid: true,
 		IsCA:                  true,
 	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	caKey, caDER, err := signCert(caTmpl, nil, nil)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -581,12 +585,8 @@ func generateCerts(hosts []string) (*certSource, []byte, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, nil, err
-	}
 	tmpl := &x509.Certificate{
-		SerialNumber: serial(),
+		SerialNumber: certSerial(),
 		Subject:      pkix.Name{CommonName: hosts[0]},
 		NotBefore:    now,
 		NotAfter:     now.AddDate(1, 0, 0),
@@ -600,7 +600,7 @@ func generateCerts(hosts []string) (*certSource, []byte, error) {
 			tmpl.DNSNames = append(tmpl.DNSNames, h)
 		}
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
+	key, der, err := signCert(tmpl, caCert, caKey)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -614,4 +614,23 @@ func generateCerts(hosts []string) (*certSource, []byte, error) {
 		return nil, nil, err
 	}
 	return &certSource{cert: &c}, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), nil
+}
+
+func certSerial() *big.Int {
+	n, _ := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 120))
+	return n
+}
+
+// signCert makes a P-256 key and a certificate of tmpl for it, signed by parent's key
+// (self-signed when parent is nil).
+func signCert(tmpl, parent *x509.Certificate, parentKey *ecdsa.PrivateKey) (*ecdsa.PrivateKey, []byte, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, err
+	}
+	if parent == nil {
+		parent, parentKey = tmpl, key
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &key.PublicKey, parentKey)
+	return key, der, err
 }

@@ -45,6 +45,12 @@ func validatePool(ctx context.Context, r client.Reader, obj, old *allotv1.Shared
 
 // poolProblems is validatePool without the reads.
 func poolProblems(obj *allotv1.SharedIPPool, res *sharedpool.Resolved, pools []allotv1.SharedIPPool, claims []allotv1.AddressClaim) []string {
+	out := poolOverlaps(obj, res, pools)
+	return append(out, heldAddressProblems(obj, res, claims)...)
+}
+
+// poolOverlaps are the pool's conflicts with the other pools.
+func poolOverlaps(obj *allotv1.SharedIPPool, res *sharedpool.Resolved, pools []allotv1.SharedIPPool) []string {
 	var out []string
 	others := slices.Clone(pools)
 	slices.SortFunc(others, func(a, b allotv1.SharedIPPool) int { return strings.Compare(a.Name, b.Name) })
@@ -75,8 +81,12 @@ func poolProblems(obj *allotv1.SharedIPPool, res *sharedpool.Resolved, pools []a
 			}
 		}
 	}
-	// Addresses pods hold must stay in the pool (a reservation does not count: a reserved
-	// address in use stays with its pod).
+	return out
+}
+
+// heldAddressProblems: addresses pods hold must stay in the pool (a reservation does not
+// count: a reserved address in use stays with its pod), and none may become its gateway.
+func heldAddressProblems(obj *allotv1.SharedIPPool, res *sharedpool.Resolved, claims []allotv1.AddressClaim) []string {
 	var removed, gateway []string
 	for _, c := range claims {
 		a, err := netip.ParseAddr(c.Spec.IP)
@@ -100,12 +110,12 @@ func poolProblems(obj *allotv1.SharedIPPool, res *sharedpool.Resolved, pools []a
 			gateway = append(gateway, fmt.Sprintf("spec.%s.gateway: %s", fam, who))
 		}
 	}
+	var out []string
 	if len(removed) > 0 {
 		out = append(out, fmt.Sprintf("spec.ips/excludeIPs: cannot remove addresses pods hold: %s (they can be removed once freed; `kubectl get addressclaims -l %s=%s` lists them)",
 			few(removed, 10), allotv1.LabelClaimPool, allotk8s.LabelValue(obj.Name)))
 	}
-	out = append(out, gateway...)
-	return out
+	return append(out, gateway...)
 }
 
 // validateReservedIP checks a ReservedIP's entries parse.
@@ -160,6 +170,16 @@ func subnetProblems(obj, old *allotv1.AllotSubnet, others []allotv1.AllotSubnet)
 	if len(out) > 0 {
 		return out
 	}
+	out = subnetOverlaps(obj, mine, others)
+	if old == nil {
+		return out
+	}
+	return append(out, allocationsTakenOut(mine, old)...)
+}
+
+// subnetOverlaps are the subnet's (resolved: mine) conflicts with the other subnets.
+func subnetOverlaps(obj *allotv1.AllotSubnet, mine map[policy.Family]*sharedpool.Family, others []allotv1.AllotSubnet) []string {
+	var out []string
 	sorted := slices.Clone(others)
 	slices.SortFunc(sorted, func(a, b allotv1.AllotSubnet) int { return strings.Compare(a.Name, b.Name) })
 	for i := range sorted {
@@ -185,9 +205,11 @@ func subnetProblems(obj, old *allotv1.AllotSubnet, others []allotv1.AllotSubnet)
 			}
 		}
 	}
-	if old == nil {
-		return out
-	}
+	return out
+}
+
+// allocationsTakenOut: an update must keep every address the stored subnet gave to a pool.
+func allocationsTakenOut(mine map[policy.Family]*sharedpool.Family, old *allotv1.AllotSubnet) []string {
 	var taken []string
 	for _, al := range old.Status.Allocations {
 		fam := policy.Family(al.Family)
@@ -205,11 +227,11 @@ func subnetProblems(obj, old *allotv1.AllotSubnet, others []allotv1.AllotSubnet)
 			taken = append(taken, fmt.Sprintf("%s of SharedIPPool %q (%s)", gone.String(), al.Pool, al.Application))
 		}
 	}
-	if len(taken) > 0 {
-		out = append(out, fmt.Sprintf("spec.ips/excludeIPs/gateway: cannot take out addresses given to pools: %s (they leave the subnet once their pool shrinks or is reclaimed)",
-			few(taken, 10)))
+	if len(taken) == 0 {
+		return nil
 	}
-	return out
+	return []string{fmt.Sprintf("spec.ips/excludeIPs/gateway: cannot take out addresses given to pools: %s (they leave the subnet once their pool shrinks or is reclaimed)",
+		few(taken, 10))}
 }
 
 // Mode names, as error messages give them.
