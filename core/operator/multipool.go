@@ -3,6 +3,7 @@ package operator
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"slices"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -39,11 +41,13 @@ func (op *operator) setupMultiPool(mgr ctrl.Manager) error {
 		Complete(quiet(op.reconcileAllotNode)); err != nil {
 		return err
 	}
+	pools := &ippoolReconciler{client: op.client, st: op.st, m: op.m, log: op.log, status: op.status, event: op.event,
+		nodeKick: op.nodeKick, ready: op.waitReady}
 	return ctrl.NewControllerManagedBy(mgr).Named("allot-ippool").
 		For(&allotv1.IPPool{}).
 		WatchesRawSource(op.poolDirty.source()).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 2}).
-		Complete(quiet(op.reconcilePool))
+		Complete(quiet(pools.reconcile))
 }
 
 // rebuildMultiPool reserves every block every AllotNode holds, read from the API server.
@@ -421,77 +425,226 @@ func (op *operator) releaseAllLocked(name string, h *allotHold) {
 	delete(op.st.allot, name)
 }
 
-// reconcilePool keeps the finalizer, status (block counts, in-use CIDRs) and conditions of one
-// pool, refuses deleting it while nodes hold blocks of it, and re-queues nodes waiting on it.
-func (op *operator) reconcilePool(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	if err := op.waitReady(ctx); err != nil {
+// ippoolReconciler is the IPPool reconciler: it keeps one pool's finalizer, status (block
+// counts, in-use CIDRs) and conditions, refuses deleting it while nodes hold blocks of it,
+// and re-queues nodes waiting on it. decidePool computes the status from a snapshot of the
+// blocks held (pure); reconcile reads, snapshots and applies.
+type ippoolReconciler struct {
+	client   client.Client
+	st       *state
+	m        *metrics
+	log      *slog.Logger
+	status   *statusBatch
+	event    eventFunc
+	nodeKick *dirtySet // AllotNodes to re-queue
+	ready    func(context.Context) error
+}
+
+// poolSnapshot is what the leader's state says of one pool: the blocks nodes hold of it,
+// the nodes it left exhausted, and every node whose request for it is unmet.
+type poolSnapshot struct {
+	blocks    []heldBlock // sorted by block, then node
+	exhausted []string    // sorted
+	unmet     []string    // sorted
+}
+
+type heldBlock struct {
+	node  string
+	block netip.Prefix
+}
+
+// poolDecision is what a pool's status should be.
+type poolDecision struct {
+	status  *allotv1.IPPoolStatus
+	events  []pendingEvent // for conditions that just turned on or changed
+	release bool           // terminating and no node holds a block: remove the finalizer
+}
+
+func (r *ippoolReconciler) reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	if err := r.ready(ctx); err != nil {
 		return reconcile.Result{}, err
 	}
-	name := req.Name
 	var pool allotv1.IPPool
-	if err := op.client.Get(ctx, req.NamespacedName, &pool); err != nil {
+	if err := r.client.Get(ctx, req.NamespacedName, &pool); err != nil {
 		if apierrors.IsNotFound(err) {
-			op.st.mu.Lock()
-			delete(op.st.terminating, name)
-			// Its CIDRs may now serve other pools: re-queue every waiting node.
-			var unmet []string
-			for pool := range op.st.unmet {
-				unmet = append(unmet, op.st.unmetNodes(pool)...)
-			}
-			op.st.mu.Unlock()
-			op.nodeKick.add(unmet...)
+			r.forget(req.Name)
 			return reconcile.Result{}, nil
 		}
 		return reconcile.Result{}, err
 	}
-	terminating := pool.DeletionTimestamp != nil
-	if res, done, err := op.ensureFinalizer(ctx, &pool, allotv1.FinalizerPoolInUse, "IPPool"); done {
+	if res, done, err := ensureFinalizer(ctx, r.client, &pool, allotv1.FinalizerPoolInUse, "IPPool"); done {
 		return res, err
 	}
 	var pools allotv1.IPPoolList
-	if err := op.client.List(ctx, &pools); err != nil {
+	if err := r.client.List(ctx, &pools); err != nil {
 		return reconcile.Result{}, err
 	}
-	e := buildPoolTable(pools.Items)[name]
+	e := buildPoolTable(pools.Items)[pool.Name]
 	if e == nil { // the cache list lags the get; try again shortly
 		return reconcile.Result{RequeueAfter: conflictRetry}, nil
 	}
+	snap := r.snapshot(pool.Name, pool.DeletionTimestamp != nil)
+	var nodes allotv1.AllotNodeList
+	if err := r.client.List(ctx, &nodes); err != nil {
+		return reconcile.Result{}, err
+	}
+	d := decidePool(&pool, e, snap, nodes.Items)
+	r.observe(pool.Name, d.status)
+	if d.release {
+		return r.release(ctx, &pool)
+	}
+	return r.apply(ctx, &pool, d, snap.unmet)
+}
 
-	// Snapshot the pool's blocks and waiting nodes.
-	st := op.st
+// forget: a deleted pool's CIDRs may now serve other pools, so every waiting node is
+// re-queued.
+func (r *ippoolReconciler) forget(name string) {
+	r.st.mu.Lock()
+	delete(r.st.terminating, name)
+	var unmet []string
+	for pool := range r.st.unmet {
+		unmet = append(unmet, r.st.unmetNodes(pool)...)
+	}
+	r.st.mu.Unlock()
+	r.nodeKick.add(unmet...)
+}
+
+// snapshot reads the pool's blocks and waiting nodes from the state (marking a terminating
+// pool there first, so no node reconcile hands out of it from now on).
+func (r *ippoolReconciler) snapshot(name string, terminating bool) poolSnapshot {
+	var snap poolSnapshot
+	st := r.st
 	st.mu.Lock()
 	if terminating {
 		st.terminating[name] = true
 	}
-	type held struct {
-		node  string
-		block netip.Prefix
-	}
-	var blocks []held
 	for node, h := range st.allot {
 		for b, p := range h.blocks {
 			if p == name {
-				blocks = append(blocks, held{node, b})
+				snap.blocks = append(snap.blocks, heldBlock{node, b})
 			}
 		}
 	}
-	var exhausted []string
-	for n, r := range st.unmet[name] {
-		if r.exhausted {
-			exhausted = append(exhausted, n)
+	for n, u := range st.unmet[name] {
+		if u.exhausted {
+			snap.exhausted = append(snap.exhausted, n)
 		}
 	}
-	unmet := st.unmetNodes(name)
+	snap.unmet = st.unmetNodes(name)
 	st.mu.Unlock()
-	slices.Sort(exhausted)
-	slices.SortFunc(blocks, func(a, b held) int {
+	slices.Sort(snap.exhausted)
+	slices.SortFunc(snap.blocks, func(a, b heldBlock) int {
 		if c := a.block.Addr().Compare(b.block.Addr()); c != 0 {
 			return c
 		}
 		return strings.Compare(a.node, b.node)
 	})
+	return snap
+}
 
-	// Which CIDRs hold those blocks; blocks outside the spec are in CIDRs removed while in use.
+// observe sets the pool's block series from its decided status.
+func (r *ippoolReconciler) observe(name string, want *allotv1.IPPoolStatus) {
+	for fi, fs := range []*allotv1.PoolFamilyStatus{want.IPv4, want.IPv6} {
+		if fs != nil {
+			r.m.blocks.WithLabelValues(kindPool, name, [2]string{"ipv4", "ipv6"}[fi]).Set(float64(fs.AllocatedBlocks))
+			r.m.capacity.WithLabelValues(kindPool, name, [2]string{"ipv4", "ipv6"}[fi]).Set(float64(fs.TotalBlocks))
+		}
+	}
+}
+
+// release removes the finalizer of a pool being deleted that no node holds a block of.
+func (r *ippoolReconciler) release(ctx context.Context, pool *allotv1.IPPool) (reconcile.Result, error) {
+	if !controllerutil.ContainsFinalizer(pool, allotv1.FinalizerPoolInUse) {
+		return reconcile.Result{}, nil
+	}
+	controllerutil.RemoveFinalizer(pool, allotv1.FinalizerPoolInUse)
+	if err := r.client.Update(ctx, pool); err != nil && !apierrors.IsNotFound(err) {
+		if apierrors.IsConflict(err) {
+			return reconcile.Result{RequeueAfter: conflictRetry}, nil
+		}
+		return reconcile.Result{}, fmt.Errorf("remove finalizer of IPPool %s: %w", pool.Name, err)
+	}
+	r.log.Info("IPPool deleted: no node holds a block of it", "pool", pool.Name)
+	return reconcile.Result{}, nil
+}
+
+// apply writes the decided status (counters batched by StatusDelay; in-use CIDRs, read by
+// the admission policy, and conditions at once), its Events and refusals, and re-queues the
+// nodes waiting on the pool.
+func (r *ippoolReconciler) apply(ctx context.Context, pool *allotv1.IPPool, d poolDecision, unmet []string) (reconcile.Result, error) {
+	want := d.status
+	if !equality.Semantic.DeepEqual(want, &pool.Status) {
+		urgent := !slices.Equal(want.InUseCIDRs, pool.Status.InUseCIDRs) || !sameConditions(want.Conditions, pool.Status.Conditions)
+		if wait := r.status.wait("ippool/" + pool.Name); !urgent && wait > 0 {
+			r.nodeKick.add(unmet...)
+			return reconcile.Result{RequeueAfter: wait}, nil
+		}
+		upd := pool.DeepCopy()
+		upd.Status = *want
+		if err := r.client.Status().Update(ctx, upd); err != nil {
+			if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+				return reconcile.Result{RequeueAfter: conflictRetry}, nil
+			}
+			return reconcile.Result{}, fmt.Errorf("update IPPool %s status: %w", pool.Name, err)
+		}
+		r.status.written("ippool/" + pool.Name)
+		for _, ev := range d.events {
+			if ev.refusal != "" {
+				r.m.refusals.WithLabelValues(ev.refusal).Inc()
+			}
+			r.event(upd, corev1.EventTypeWarning, ev.reason, ev.action, "%s", ev.note)
+		}
+	}
+	r.nodeKick.add(unmet...)
+	return reconcile.Result{}, nil
+}
+
+// decidePool computes pool's status from its table entry e, the blocks nodes hold of it and
+// the AllotNodes' usage. Pure.
+func decidePool(pool *allotv1.IPPool, e *poolEntry, snap poolSnapshot, nodes []allotv1.AllotNode) poolDecision {
+	terminating := pool.DeletionTimestamp != nil
+	use := poolCIDRUse(pool, snap.blocks)
+	want := pool.Status.DeepCopy()
+	want.ObservedGeneration = pool.Generation
+	want.InUseCIDRs = nil
+	for _, c := range sortedKeys(use.inUse) {
+		want.InUseCIDRs = append(want.InUseCIDRs, c.String())
+	}
+	want.IPv4, want.IPv6 = nil, nil
+	for fi, f := range []*allotv1.PoolFamily{pool.Spec.IPv4, pool.Spec.IPv6} {
+		if f == nil && use.counts[fi] == 0 {
+			continue
+		}
+		fs := &allotv1.PoolFamilyStatus{AllocatedBlocks: use.counts[fi]}
+		if fe := e.fam[fi]; fe != nil {
+			for _, c := range fe.usable {
+				fs.TotalBlocks = satAdd(fs.TotalBlocks, int64(min(blockalloc.TotalBlocks(c, fe.mask), 1<<62)))
+			}
+		}
+		if fi == 0 {
+			want.IPv4 = fs
+		} else {
+			want.IPv6 = fs
+		}
+	}
+	want.UsedAddresses = usedAddresses(pool.Name, nodes)
+	ready, overlaps := poolReadyCondition(pool, e)
+	meta.SetStatusCondition(&want.Conditions, ready)
+	events := setPoolConditions(want, pool.Generation, overlaps, use.refused, snap.exhausted, terminating, use.holders, len(snap.blocks))
+	return poolDecision{status: want, events: events, release: terminating && len(snap.blocks) == 0}
+}
+
+// cidrUse is where a pool's held blocks lie.
+type cidrUse struct {
+	inUse   map[netip.Prefix]bool
+	refused map[netip.Prefix]map[string]bool // CIDR removed while in use -> nodes
+	counts  [2]int64                         // blocks per family
+	holders map[string]bool
+}
+
+// poolCIDRUse finds which CIDRs hold the blocks; blocks outside the spec are in CIDRs removed
+// while in use (the last status' in-use CIDR that holds them, else the block itself).
+func poolCIDRUse(pool *allotv1.IPPool, blocks []heldBlock) cidrUse {
 	var spec []netip.Prefix
 	for _, f := range []*allotv1.PoolFamily{pool.Spec.IPv4, pool.Spec.IPv6} {
 		if f != nil {
@@ -508,74 +661,50 @@ func (op *operator) reconcilePool(ctx context.Context, req reconcile.Request) (r
 			old = append(old, p)
 		}
 	}
-	inUse := map[netip.Prefix]bool{}
-	refused := map[netip.Prefix]map[string]bool{} // removed CIDR -> nodes
-	var counts [2]int64
-	holders := map[string]bool{}
+	u := cidrUse{inUse: map[netip.Prefix]bool{}, refused: map[netip.Prefix]map[string]bool{}, holders: map[string]bool{}}
 	for _, hb := range blocks {
-		counts[famIndex(hb.block)]++
-		holders[hb.node] = true
+		u.counts[famIndex(hb.block)]++
+		u.holders[hb.node] = true
 		if c, ok := containing(spec, hb.block); ok {
-			inUse[c] = true
+			u.inUse[c] = true
 			continue
 		}
 		c, ok := containing(old, hb.block)
 		if !ok {
 			c = hb.block
 		}
-		inUse[c] = true
-		if refused[c] == nil {
-			refused[c] = map[string]bool{}
+		u.inUse[c] = true
+		if u.refused[c] == nil {
+			u.refused[c] = map[string]bool{}
 		}
-		refused[c][hb.node] = true
+		u.refused[c][hb.node] = true
 	}
+	return u
+}
 
-	want := pool.Status.DeepCopy()
-	want.ObservedGeneration = pool.Generation
-	want.InUseCIDRs = nil
-	for _, c := range sortedKeys(inUse) {
-		want.InUseCIDRs = append(want.InUseCIDRs, c.String())
-	}
-	want.IPv4, want.IPv6 = nil, nil
-	for fi, f := range []*allotv1.PoolFamily{pool.Spec.IPv4, pool.Spec.IPv6} {
-		if f == nil && counts[fi] == 0 {
-			continue
-		}
-		fs := &allotv1.PoolFamilyStatus{AllocatedBlocks: counts[fi]}
-		if fe := e.fam[fi]; fe != nil {
-			for _, c := range fe.usable {
-				fs.TotalBlocks = satAdd(fs.TotalBlocks, int64(min(blockalloc.TotalBlocks(c, fe.mask), 1<<62)))
-			}
-		}
-		if fi == 0 {
-			want.IPv4 = fs
-		} else {
-			want.IPv6 = fs
-		}
-		op.m.blocks.WithLabelValues(kindPool, name, [2]string{"ipv4", "ipv6"}[fi]).Set(float64(counts[fi]))
-		op.m.capacity.WithLabelValues(kindPool, name, [2]string{"ipv4", "ipv6"}[fi]).Set(float64(fs.TotalBlocks))
-	}
-	var nodes allotv1.AllotNodeList
-	if err := op.client.List(ctx, &nodes); err != nil {
-		return reconcile.Result{}, err
-	}
-	want.UsedAddresses = 0
-	for i := range nodes.Items {
-		for _, u := range nodes.Items[i].Status.IPAM.Pools {
-			if u.Pool != name {
+// usedAddresses sums the pool's addresses in use that the agents report.
+func usedAddresses(pool string, nodes []allotv1.AllotNode) int64 {
+	var n int64
+	for i := range nodes {
+		for _, u := range nodes[i].Status.IPAM.Pools {
+			if u.Pool != pool {
 				continue
 			}
 			for _, f := range []*allotv1.FamilyUsage{u.IPv4, u.IPv6} {
 				if f != nil {
-					want.UsedAddresses = satAdd(want.UsedAddresses, f.Used)
+					n = satAdd(n, f.Used)
 				}
 			}
 		}
 	}
+	return n
+}
 
-	gen := pool.Generation
+// poolReadyCondition says whether the pool hands blocks out, and why not; overlaps are its
+// CIDRs left out because they overlap other pools.
+func poolReadyCondition(pool *allotv1.IPPool, e *poolEntry) (metav1.Condition, []string) {
 	ready := metav1.Condition{Type: allotv1.ConditionReady, Status: metav1.ConditionTrue, Reason: allotv1.ReasonValid,
-		Message: "blocks are handed out of this pool", ObservedGeneration: gen}
+		Message: "blocks are handed out of this pool", ObservedGeneration: pool.Generation}
 	var invalid, overlaps []string
 	usable := 0
 	for _, fe := range e.fam {
@@ -586,7 +715,7 @@ func (op *operator) reconcilePool(ctx context.Context, req reconcile.Request) (r
 		}
 	}
 	switch {
-	case terminating:
+	case pool.DeletionTimestamp != nil:
 		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, allotv1.ReasonPoolTerminating, "the pool is being deleted; it hands out no new blocks"
 	case pool.Spec.Disable:
 		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, allotv1.ReasonInvalid, "the pool is disabled (spec.disable)"
@@ -607,52 +736,16 @@ func (op *operator) reconcilePool(ctx context.Context, req reconcile.Request) (r
 			}
 		}
 	}
-	meta.SetStatusCondition(&want.Conditions, ready)
-	events := op.setPoolConditions(want, gen, overlaps, refused, exhausted, terminating, holders, len(blocks))
-
-	if terminating && len(blocks) == 0 {
-		if controllerutil.ContainsFinalizer(&pool, allotv1.FinalizerPoolInUse) {
-			controllerutil.RemoveFinalizer(&pool, allotv1.FinalizerPoolInUse)
-			if err := op.client.Update(ctx, &pool); err != nil && !apierrors.IsNotFound(err) {
-				if apierrors.IsConflict(err) {
-					return reconcile.Result{RequeueAfter: conflictRetry}, nil
-				}
-				return reconcile.Result{}, fmt.Errorf("remove finalizer of IPPool %s: %w", name, err)
-			}
-			op.log.Info("IPPool deleted: no node holds a block of it", "pool", name)
-		}
-		return reconcile.Result{}, nil
-	}
-	if !equality.Semantic.DeepEqual(want, &pool.Status) {
-		// Counters may wait (at most one write per StatusDelay while nodes are being served);
-		// in-use CIDRs (read by the admission policy) and conditions may not.
-		urgent := !slices.Equal(want.InUseCIDRs, pool.Status.InUseCIDRs) || !sameConditions(want.Conditions, pool.Status.Conditions)
-		if wait := op.statusWait("ippool/" + name); !urgent && wait > 0 {
-			op.nodeKick.add(unmet...)
-			return reconcile.Result{RequeueAfter: wait}, nil
-		}
-		upd := pool.DeepCopy()
-		upd.Status = *want
-		if err := op.client.Status().Update(ctx, upd); err != nil {
-			if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-				return reconcile.Result{RequeueAfter: conflictRetry}, nil
-			}
-			return reconcile.Result{}, fmt.Errorf("update IPPool %s status: %w", name, err)
-		}
-		op.statusWritten("ippool/" + name)
-		for _, ev := range events {
-			op.event(upd, corev1.EventTypeWarning, ev.reason, ev.action, "%s", ev.note)
-		}
-	}
-	op.nodeKick.add(unmet...)
-	return reconcile.Result{}, nil
+	return ready, overlaps
 }
 
-type pendingEvent struct{ reason, action, note string }
+// pendingEvent is an Event a decision asks for; refusal, if set, is the refusals_total
+// reason it counts as.
+type pendingEvent struct{ reason, action, note, refusal string }
 
 // setPoolConditions sets the problem conditions (present only while the problem lasts) and
 // returns the Events for conditions that just turned on.
-func (op *operator) setPoolConditions(s *allotv1.IPPoolStatus, gen int64, overlaps []string, refused map[netip.Prefix]map[string]bool,
+func setPoolConditions(s *allotv1.IPPoolStatus, gen int64, overlaps []string, refused map[netip.Prefix]map[string]bool,
 	exhausted []string, terminating bool, holders map[string]bool, nblocks int) []pendingEvent {
 	var evs []pendingEvent
 	set := func(typ string, on bool, reason, msg, refusal string) {
@@ -662,10 +755,7 @@ func (op *operator) setPoolConditions(s *allotv1.IPPoolStatus, gen int64, overla
 		}
 		prev := meta.FindStatusCondition(s.Conditions, typ)
 		if prev == nil || prev.Message != msg {
-			evs = append(evs, pendingEvent{reason: typ, action: "Validate", note: msg})
-			if refusal != "" {
-				op.m.refusals.WithLabelValues(refusal).Inc()
-			}
+			evs = append(evs, pendingEvent{reason: typ, action: "Validate", note: msg, refusal: refusal})
 		}
 		meta.SetStatusCondition(&s.Conditions, metav1.Condition{Type: typ, Status: metav1.ConditionTrue, Reason: reason, Message: msg, ObservedGeneration: gen})
 	}
