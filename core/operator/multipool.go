@@ -34,11 +34,13 @@ const (
 )
 
 func (op *operator) setupMultiPool(mgr ctrl.Manager) error {
+	nodes := &allotNodeReconciler{client: op.client, st: op.st, m: op.m, log: op.log, event: op.event, fence: op.fence,
+		poolDirty: op.poolDirty, ready: op.waitReady}
 	if err := ctrl.NewControllerManagedBy(mgr).Named("allot-allotnode").
 		For(&allotv1.AllotNode{}).
 		WatchesRawSource(op.nodeKick.source()).
 		WithOptions(controller.Options{MaxConcurrentReconciles: op.opts.Workers}).
-		Complete(quiet(op.reconcileAllotNode)); err != nil {
+		Complete(quiet(nodes.reconcile)); err != nil {
 		return err
 	}
 	pools := &ippoolReconciler{client: op.client, st: op.st, m: op.m, log: op.log, status: op.status, event: op.event,
@@ -89,189 +91,254 @@ func allocatedBlocks(n *allotv1.AllotNode) map[netip.Prefix]string {
 	return out
 }
 
-// reconcileAllotNode syncs the operator's view of one node with its object (blocks the agent
-// released are freed), then hands out blocks until every request is covered.
-func (op *operator) reconcileAllotNode(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	if err := op.waitReady(ctx); err != nil {
+// allotNodeReconciler is the AllotNode reconciler: it syncs the leader's view of one node
+// with its object (blocks the agent released are freed), hands out blocks until every
+// request is covered (fenced by a live read of the Lease), and writes the node's status.
+// The state changes happen under st.mu (plan); what to report is decided by pure functions
+// (unmetChanges, nodeStatus, allocationNote).
+type allotNodeReconciler struct {
+	client    client.Client
+	st        *state
+	m         *metrics
+	log       *slog.Logger
+	event     eventFunc
+	fence     func(context.Context) error
+	poolDirty *dirtySet // pools whose status to recompute
+	ready     func(context.Context) error
+}
+
+// nodePlan is one reconcile's outcome under st.mu.
+type nodePlan struct {
+	h                  *allotHold
+	added              map[netip.Prefix]string // blocks handed out now, to write
+	released           []netip.Prefix
+	conflicts          []string
+	dirty              map[string]bool // pools whose status changed
+	oldUnmet, newUnmet map[string]unmetReason
+}
+
+func (r *allotNodeReconciler) reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	if err := r.ready(ctx); err != nil {
 		return reconcile.Result{}, err
 	}
-	name := req.Name
 	var obj allotv1.AllotNode
-	if err := op.client.Get(ctx, req.NamespacedName, &obj); err != nil {
+	if err := r.client.Get(ctx, req.NamespacedName, &obj); err != nil {
 		if apierrors.IsNotFound(err) {
-			op.forgetAllotNode(name)
+			r.forget(req.Name)
 			return reconcile.Result{}, nil
 		}
 		return reconcile.Result{}, err
 	}
 	var pools allotv1.IPPoolList
-	if err := op.client.List(ctx, &pools); err != nil {
+	if err := r.client.List(ctx, &pools); err != nil {
 		return reconcile.Result{}, err
 	}
-	table := buildPoolTable(pools.Items)
+	p, ok := r.plan(&obj, buildPoolTable(pools.Items))
+	if !ok {
+		// The cache has not caught up with our own last write; its update event follows.
+		return reconcile.Result{}, nil
+	}
+	r.report(&obj, p)
+	cur, res, err := r.write(ctx, &obj, p)
+	if cur == nil {
+		return res, err
+	}
+	return r.writeStatus(ctx, cur, p)
+}
 
-	st := op.st
+// plan syncs the node's hold with obj and fulfils its requests, under st.mu. ok is false
+// when obj is older than what this replica last wrote.
+func (r *allotNodeReconciler) plan(obj *allotv1.AllotNode, table map[string]*poolEntry) (nodePlan, bool) {
+	st, name := r.st, obj.Name
 	st.mu.Lock()
+	defer st.mu.Unlock()
 	h := st.allot[name]
 	if h != nil && h.uid != obj.UID {
 		// Deleted and recreated under the same name: the old object's blocks are free.
-		op.releaseAllLocked(name, h)
+		r.releaseAllLocked(name, h)
 		h = nil
 	}
 	if h != nil && obj.Generation < h.generation {
-		// The cache has not caught up with our own last write; its update event follows.
-		st.mu.Unlock()
-		return reconcile.Result{}, nil
+		return nodePlan{}, false
 	}
 	if h == nil {
 		h = &allotHold{uid: obj.UID, blocks: map[netip.Prefix]string{}}
 		st.allot[name] = h
 	}
-	dirty := map[string]bool{}
-	observed := allocatedBlocks(&obj)
-	var released []netip.Prefix
-	for b, pool := range h.blocks {
-		if p, ok := observed[b]; !ok || p != pool {
-			st.set.Release(b)
-			delete(h.blocks, b)
-			released = append(released, b)
-			dirty[pool] = true
-			op.m.released.WithLabelValues(kindPool, pool).Inc()
+	p := nodePlan{h: h, dirty: map[string]bool{}, added: map[netip.Prefix]string{}}
+	r.syncLocked(obj, &p)
+	h.generation = obj.Generation
+
+	p.oldUnmet = st.unmetOf(name)
+	st.clearUnmet(name)
+	requests := slices.Clone(obj.Spec.IPAM.Pools.Requested)
+	slices.SortFunc(requests, func(a, b allotv1.PoolRequest) int { return strings.Compare(a.Pool, b.Pool) })
+	for _, req := range requests {
+		if msg, exhausted := r.fulfilLocked(name, h, req, table[req.Pool], p.added); msg != "" {
+			st.setUnmet(req.Pool, name, unmetReason{exhausted: exhausted, message: msg})
 		}
 	}
-	var conflicts []string
+	p.newUnmet = st.unmetOf(name)
+	return p, true
+}
+
+// syncLocked makes the hold what obj lists: blocks it no longer lists are released, blocks it
+// lists that the state lacks are reserved (or reported as conflicts with other nodes).
+func (r *allotNodeReconciler) syncLocked(obj *allotv1.AllotNode, p *nodePlan) {
+	st, h := r.st, p.h
+	observed := allocatedBlocks(obj)
+	for b, pool := range h.blocks {
+		if q, ok := observed[b]; !ok || q != pool {
+			st.set.Release(b)
+			delete(h.blocks, b)
+			p.released = append(p.released, b)
+			p.dirty[pool] = true
+			r.m.released.WithLabelValues(kindPool, pool).Inc()
+		}
+	}
 	for _, b := range sortedKeys(observed) {
 		pool := observed[b]
 		if _, ok := h.blocks[b]; ok {
 			continue
 		}
 		if err := st.set.Reserve(b); err != nil {
-			conflicts = append(conflicts, fmt.Sprintf("%s (pool %q): %v", b, pool, err))
+			p.conflicts = append(p.conflicts, fmt.Sprintf("%s (pool %q): %v", b, pool, err))
 			continue
 		}
 		h.blocks[b] = pool
-		dirty[pool] = true
+		p.dirty[pool] = true
 	}
-	h.generation = obj.Generation
+}
 
-	oldUnmet := map[string]unmetReason{}
-	for pool, m := range st.unmet {
-		if r, ok := m[name]; ok {
-			oldUnmet[pool] = r
+// report counts and records what changed: requests newly unmet (exhaustion), conflicts,
+// releases; pools whose unmet requests changed get their status recomputed.
+func (r *allotNodeReconciler) report(obj *allotv1.AllotNode, p nodePlan) {
+	changed, cleared := unmetChanges(p.oldUnmet, p.newUnmet)
+	for _, pool := range changed {
+		p.dirty[pool] = true
+		if u := p.newUnmet[pool]; u.exhausted {
+			r.m.exhausted.WithLabelValues(kindPool, pool).Inc()
+			r.event(obj, corev1.EventTypeWarning, allotv1.ReasonPoolExhausted, "Allocate", "%s", u.message)
 		}
 	}
-	st.clearUnmet(name)
-	added := map[netip.Prefix]string{}
-	requests := slices.Clone(obj.Spec.IPAM.Pools.Requested)
-	slices.SortFunc(requests, func(a, b allotv1.PoolRequest) int { return strings.Compare(a.Pool, b.Pool) })
-	for _, r := range requests {
-		if msg, exhausted := op.fulfilLocked(name, h, r, table[r.Pool], added); msg != "" {
-			st.setUnmet(r.Pool, name, unmetReason{exhausted: exhausted, message: msg})
-		}
+	for _, pool := range cleared {
+		p.dirty[pool] = true
 	}
-	newUnmet := map[string]unmetReason{}
-	for pool, m := range st.unmet {
-		if r, ok := m[name]; ok {
-			newUnmet[pool] = r
-		}
+	if len(p.conflicts) > 0 {
+		r.m.refusals.WithLabelValues(refusalConflict).Add(float64(len(p.conflicts)))
+		r.event(obj, corev1.EventTypeWarning, allotv1.ReasonConflictingAllocation, "Allocate",
+			"blocks overlap blocks of other nodes and are not counted: %s", strings.Join(p.conflicts, "; "))
 	}
-	st.mu.Unlock()
-	for pool, r := range newUnmet {
-		if old, ok := oldUnmet[pool]; !ok || old != r {
-			dirty[pool] = true
-			if r.exhausted {
-				op.m.exhausted.WithLabelValues(kindPool, pool).Inc()
-				op.event(&obj, corev1.EventTypeWarning, allotv1.ReasonPoolExhausted, "Allocate", "%s", r.message)
-			}
-		}
+	if len(p.released) > 0 {
+		r.log.Debug("blocks released", "allotNode", obj.Name, "blocks", p.released)
 	}
-	for pool := range oldUnmet {
-		if _, ok := newUnmet[pool]; !ok {
-			dirty[pool] = true
-		}
-	}
-	if len(conflicts) > 0 {
-		op.m.refusals.WithLabelValues(refusalConflict).Add(float64(len(conflicts)))
-		op.event(&obj, corev1.EventTypeWarning, allotv1.ReasonConflictingAllocation, "Allocate",
-			"blocks overlap blocks of other nodes and are not counted: %s", strings.Join(conflicts, "; "))
-	}
-	if len(released) > 0 {
-		op.log.Debug("blocks released", "allotNode", name, "blocks", released)
-	}
+}
 
-	cur := &obj
-	if len(added) > 0 {
-		upd := obj.DeepCopy()
-		addAllocations(upd, added)
-		err := op.fence(ctx)
-		if err == nil {
-			err = op.client.Update(ctx, upd)
+// unmetChanges are the pools whose unmet reason is new or changed, and those no longer
+// unmet. Pure.
+func unmetChanges(old, cur map[string]unmetReason) (changed, cleared []string) {
+	for _, pool := range keys(cur) {
+		if o, ok := old[pool]; !ok || o != cur[pool] {
+			changed = append(changed, pool)
 		}
-		if err != nil {
-			st.mu.Lock()
-			for b := range added {
-				st.set.Release(b)
-				delete(h.blocks, b)
-			}
-			st.mu.Unlock()
-			op.poolDirty.add(keys(dirty)...)
-			if apierrors.IsConflict(err) {
-				return reconcile.Result{RequeueAfter: conflictRetry}, nil
-			}
-			if apierrors.IsNotFound(err) {
-				op.forgetAllotNode(name)
-				return reconcile.Result{}, nil
-			}
-			return reconcile.Result{}, fmt.Errorf("update AllotNode %s: %w", name, err)
-		}
-		st.mu.Lock()
-		h.generation = upd.Generation
-		st.mu.Unlock()
-		cur = upd
-		byPool := map[string][]string{}
-		for _, b := range sortedKeys(added) {
-			byPool[added[b]] = append(byPool[added[b]], b.String())
-			op.m.allocated.WithLabelValues(kindPool, added[b]).Inc()
-			dirty[added[b]] = true
-		}
-		var notes []string
-		for _, pool := range keys(byPool) {
-			notes = append(notes, fmt.Sprintf("%s from pool %q", strings.Join(byPool[pool], ", "), pool))
-		}
-		op.event(cur, corev1.EventTypeNormal, allotv1.ReasonAllocated, "Allocate", "allocated %s", strings.Join(notes, "; "))
 	}
-	op.poolDirty.add(keys(dirty)...)
+	for _, pool := range keys(old) {
+		if _, ok := cur[pool]; !ok {
+			cleared = append(cleared, pool)
+		}
+	}
+	return changed, cleared
+}
 
-	// Status: the operator's summary and the PoolsFulfilled condition.
+// write adds the blocks handed out to spec.ipam.pools.allocated, fenced, with the
+// resourceVersion read; on failure they go back to the set. cur is the object written (or
+// obj when nothing was added); nil means return res, err.
+func (r *allotNodeReconciler) write(ctx context.Context, obj *allotv1.AllotNode, p nodePlan) (cur *allotv1.AllotNode, res reconcile.Result, err error) {
+	if len(p.added) == 0 {
+		r.poolDirty.add(keys(p.dirty)...)
+		return obj, reconcile.Result{}, nil
+	}
+	upd := obj.DeepCopy()
+	addAllocations(upd, p.added)
+	err = r.fence(ctx)
+	if err == nil {
+		err = r.client.Update(ctx, upd)
+	}
+	if err != nil {
+		r.st.mu.Lock()
+		for b := range p.added {
+			r.st.set.Release(b)
+			delete(p.h.blocks, b)
+		}
+		r.st.mu.Unlock()
+		r.poolDirty.add(keys(p.dirty)...)
+		switch {
+		case apierrors.IsConflict(err):
+			return nil, reconcile.Result{RequeueAfter: conflictRetry}, nil
+		case apierrors.IsNotFound(err):
+			r.forget(obj.Name)
+			return nil, reconcile.Result{}, nil
+		}
+		return nil, reconcile.Result{}, fmt.Errorf("update AllotNode %s: %w", obj.Name, err)
+	}
+	r.st.mu.Lock()
+	p.h.generation = upd.Generation
+	r.st.mu.Unlock()
+	for _, pool := range p.added {
+		r.m.allocated.WithLabelValues(kindPool, pool).Inc()
+		p.dirty[pool] = true
+	}
+	r.event(upd, corev1.EventTypeNormal, allotv1.ReasonAllocated, "Allocate", "allocated %s", allocationNote(p.added))
+	r.poolDirty.add(keys(p.dirty)...)
+	return upd, reconcile.Result{}, nil
+}
+
+// allocationNote says which blocks of which pools were handed out. Pure.
+func allocationNote(added map[netip.Prefix]string) string {
+	byPool := map[string][]string{}
+	for _, b := range sortedKeys(added) {
+		byPool[added[b]] = append(byPool[added[b]], b.String())
+	}
+	var notes []string
+	for _, pool := range keys(byPool) {
+		notes = append(notes, fmt.Sprintf("%s from pool %q", strings.Join(byPool[pool], ", "), pool))
+	}
+	return strings.Join(notes, "; ")
+}
+
+// writeStatus writes the operator's summary and the PoolsFulfilled condition, unless this
+// replica already wrote the same (the cache lags).
+func (r *allotNodeReconciler) writeStatus(ctx context.Context, cur *allotv1.AllotNode, p nodePlan) (reconcile.Result, error) {
 	want := cur.Status.DeepCopy()
-	op.nodeStatus(want, cur, newUnmet, conflicts)
+	nodeStatus(want, cur, p.newUnmet, p.conflicts)
 	fp := statusFingerprint(want)
-	st.mu.Lock()
-	written := h.lastStatus == fp
-	st.mu.Unlock()
-	if !equality.Semantic.DeepEqual(want, &cur.Status) && !written {
-		upd := cur.DeepCopy()
-		upd.Status = *want
-		if err := op.client.Status().Update(ctx, upd); err != nil {
-			if apierrors.IsConflict(err) {
-				return reconcile.Result{RequeueAfter: conflictRetry}, nil
-			}
-			if apierrors.IsNotFound(err) {
-				return reconcile.Result{}, nil
-			}
-			return reconcile.Result{}, fmt.Errorf("update AllotNode %s status: %w", name, err)
-		}
-		st.mu.Lock()
-		h.lastStatus = fp
-		st.mu.Unlock()
+	r.st.mu.Lock()
+	written := p.h.lastStatus == fp
+	r.st.mu.Unlock()
+	if equality.Semantic.DeepEqual(want, &cur.Status) || written {
+		return reconcile.Result{}, nil
 	}
+	upd := cur.DeepCopy()
+	upd.Status = *want
+	if err := r.client.Status().Update(ctx, upd); err != nil {
+		switch {
+		case apierrors.IsConflict(err):
+			return reconcile.Result{RequeueAfter: conflictRetry}, nil
+		case apierrors.IsNotFound(err):
+			return reconcile.Result{}, nil
+		}
+		return reconcile.Result{}, fmt.Errorf("update AllotNode %s status: %w", cur.Name, err)
+	}
+	r.st.mu.Lock()
+	p.h.lastStatus = fp
+	r.st.mu.Unlock()
 	return reconcile.Result{}, nil
 }
 
 // fulfilLocked hands out blocks of pool e to node h until request r is covered, adding them to
 // added (and reserving them, and recording them in h so a concurrent pool reconcile counts
 // them). It returns why the request is not met, or "".
-func (op *operator) fulfilLocked(node string, h *allotHold, r allotv1.PoolRequest, e *poolEntry, added map[netip.Prefix]string) (msg string, exhausted bool) {
+func (rc *allotNodeReconciler) fulfilLocked(node string, h *allotHold, r allotv1.PoolRequest, e *poolEntry, added map[netip.Prefix]string) (msg string, exhausted bool) {
 	needs := [2]int64{r.Needed.IPv4, r.Needed.IPv6}
 	if needs[0] <= 0 && needs[1] <= 0 {
 		return "", false
@@ -279,7 +346,7 @@ func (op *operator) fulfilLocked(node string, h *allotHold, r allotv1.PoolReques
 	switch {
 	case e == nil:
 		return fmt.Sprintf("pool %q: no such IPPool", r.Pool), false
-	case e.terminating || op.st.terminating[r.Pool]:
+	case e.terminating || rc.st.terminating[r.Pool]:
 		return fmt.Sprintf("pool %q is being deleted; it hands out no new blocks", r.Pool), false
 	case e.disabled:
 		return fmt.Sprintf("pool %q is disabled (spec.disable)", r.Pool), false
@@ -313,7 +380,7 @@ func (op *operator) fulfilLocked(node string, h *allotHold, r allotv1.PoolReques
 				msgs = append(msgs, fmt.Sprintf("pool %q: %s request of %d addresses needs more than %d blocks", r.Pool, fname, need, maxBlocksPerPool))
 				break
 			}
-			b, ok := op.allocateFromLocked(fe)
+			b, ok := rc.allocateFromLocked(fe)
 			if !ok {
 				exhausted = true
 				msgs = append(msgs, fmt.Sprintf("pool %q is exhausted: no free /%d %s block for node %q (needs %d addresses, has %d); add CIDRs to spec.%s.cidrs",
@@ -329,9 +396,9 @@ func (op *operator) fulfilLocked(node string, h *allotHold, r allotv1.PoolReques
 	return strings.Join(msgs, "; "), exhausted
 }
 
-func (op *operator) allocateFromLocked(fe *famEntry) (netip.Prefix, bool) {
+func (r *allotNodeReconciler) allocateFromLocked(fe *famEntry) (netip.Prefix, bool) {
 	for _, c := range fe.usable {
-		b, err := op.st.set.Allocate(c, fe.mask)
+		b, err := r.st.set.Allocate(c, fe.mask)
 		if err == nil {
 			return b, true
 		}
@@ -356,7 +423,9 @@ func addAllocations(n *allotv1.AllotNode, added map[netip.Prefix]string) {
 	n.Spec.IPAM.Pools.Allocated = allocs
 }
 
-func (op *operator) nodeStatus(s *allotv1.AllotNodeStatus, n *allotv1.AllotNode, unmet map[string]unmetReason, conflicts []string) {
+// nodeStatus sets the operator-owned status fields: the pools the node holds blocks of, their
+// count and PoolsFulfilled. Pure.
+func nodeStatus(s *allotv1.AllotNodeStatus, n *allotv1.AllotNode, unmet map[string]unmetReason, conflicts []string) {
 	var names []string
 	blocks := 0
 	for _, a := range n.Spec.IPAM.Pools.Allocated {
@@ -396,16 +465,16 @@ func (op *operator) nodeStatus(s *allotv1.AllotNodeStatus, n *allotv1.AllotNode,
 	meta.SetStatusCondition(&s.Conditions, c)
 }
 
-// forgetAllotNode frees every block of a deleted AllotNode.
-func (op *operator) forgetAllotNode(name string) {
-	st := op.st
+// forget frees every block of a deleted AllotNode.
+func (r *allotNodeReconciler) forget(name string) {
+	st := r.st
 	st.mu.Lock()
 	var pools []string
 	if h := st.allot[name]; h != nil {
 		for _, p := range h.blocks {
 			pools = append(pools, p)
 		}
-		op.releaseAllLocked(name, h)
+		r.releaseAllLocked(name, h)
 	}
 	for pool, m := range st.unmet {
 		if _, ok := m[name]; ok {
@@ -414,15 +483,15 @@ func (op *operator) forgetAllotNode(name string) {
 	}
 	st.clearUnmet(name)
 	st.mu.Unlock()
-	op.poolDirty.add(pools...)
+	r.poolDirty.add(pools...)
 }
 
-func (op *operator) releaseAllLocked(name string, h *allotHold) {
+func (r *allotNodeReconciler) releaseAllLocked(name string, h *allotHold) {
 	for b, pool := range h.blocks {
-		op.st.set.Release(b)
-		op.m.released.WithLabelValues(kindPool, pool).Inc()
+		r.st.set.Release(b)
+		r.m.released.WithLabelValues(kindPool, pool).Inc()
 	}
-	delete(op.st.allot, name)
+	delete(r.st.allot, name)
 }
 
 // ippoolReconciler is the IPPool reconciler: it keeps one pool's finalizer, status (block

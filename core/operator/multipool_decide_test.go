@@ -96,3 +96,82 @@ func TestDecidePool(t *testing.T) {
 		})
 	}
 }
+
+// TestUnmetChanges: a request newly unmet or unmet for another reason changes its pool's
+// status; one no longer unmet clears it; an unchanged one does neither.
+func TestUnmetChanges(t *testing.T) {
+	full := unmetReason{exhausted: true, message: "pool \"a\" is exhausted"}
+	gone := unmetReason{message: "pool \"b\": no such IPPool"}
+	tests := []struct {
+		name             string
+		old, cur         map[string]unmetReason
+		changed, cleared []string
+	}{
+		{"nothing", nil, nil, nil, nil},
+		{"new", nil, map[string]unmetReason{"a": full}, []string{"a"}, nil},
+		{"same", map[string]unmetReason{"a": full}, map[string]unmetReason{"a": full}, nil, nil},
+		{"other reason", map[string]unmetReason{"a": gone}, map[string]unmetReason{"a": full}, []string{"a"}, nil},
+		{"met now", map[string]unmetReason{"a": full, "b": gone}, map[string]unmetReason{"b": gone}, nil, []string{"a"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			changed, cleared := unmetChanges(tt.old, tt.cur)
+			if !slices.Equal(changed, tt.changed) || !slices.Equal(cleared, tt.cleared) {
+				t.Errorf("unmetChanges = %v, %v; want %v, %v", changed, cleared, tt.changed, tt.cleared)
+			}
+		})
+	}
+}
+
+// TestNodeStatus covers PoolsFulfilled's reason (exhaustion first, then a missing or
+// terminating pool, then conflicts) and the summary fields.
+func TestNodeStatus(t *testing.T) {
+	n := &allotv1.AllotNode{ObjectMeta: metav1.ObjectMeta{Generation: 4}}
+	n.Spec.IPAM.Pools.Allocated = []allotv1.PoolAllocation{{Pool: "b", CIDRs: []string{"10.1.0.0/24"}},
+		{Pool: "a", CIDRs: []string{"10.0.0.0/24", "10.0.1.0/24"}}, {Pool: "empty"}}
+	tests := []struct {
+		name      string
+		unmet     map[string]unmetReason
+		conflicts []string
+		status    metav1.ConditionStatus
+		reason    string
+	}{
+		{"covered", nil, nil, metav1.ConditionTrue, allotv1.ReasonAllocated},
+		{"missing pool", map[string]unmetReason{"x": {message: "pool \"x\": no such IPPool"}}, nil, metav1.ConditionFalse, allotv1.ReasonPoolNotFound},
+		{"terminating pool", map[string]unmetReason{"x": {message: "pool \"x\" is being deleted; it hands out no new blocks"}}, nil,
+			metav1.ConditionFalse, allotv1.ReasonPoolTerminating},
+		{"exhaustion wins", map[string]unmetReason{"x": {message: "no such"}, "y": {exhausted: true, message: "full"}}, []string{"c"},
+			metav1.ConditionFalse, allotv1.ReasonPoolExhausted},
+		{"conflicts", nil, []string{"10.9.0.0/24 (pool \"a\"): overlaps"}, metav1.ConditionFalse, allotv1.ReasonConflictingAllocation},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var s allotv1.AllotNodeStatus
+			nodeStatus(&s, n, tt.unmet, tt.conflicts)
+			if s.PoolNames != "a,b" || s.AllocatedBlocks != 3 {
+				t.Errorf("summary %q %d", s.PoolNames, s.AllocatedBlocks)
+			}
+			c := meta.FindStatusCondition(s.Conditions, allotv1.ConditionPoolsFulfilled)
+			if c == nil || c.Status != tt.status || c.Reason != tt.reason || c.ObservedGeneration != 4 {
+				t.Errorf("PoolsFulfilled = %+v, want %s %s", c, tt.status, tt.reason)
+			}
+		})
+	}
+}
+
+// TestAllocationNote and TestAddAllocations: blocks handed out are written sorted, per pool.
+func TestAllocationNote(t *testing.T) {
+	added := map[netip.Prefix]string{netip.MustParsePrefix("10.0.1.0/24"): "a", netip.MustParsePrefix("10.0.0.0/24"): "a",
+		netip.MustParsePrefix("fd00::/120"): "b"}
+	if got, want := allocationNote(added), `10.0.0.0/24, 10.0.1.0/24 from pool "a"; fd00::/120 from pool "b"`; got != want {
+		t.Errorf("note = %s, want %s", got, want)
+	}
+	n := &allotv1.AllotNode{}
+	n.Spec.IPAM.Pools.Allocated = []allotv1.PoolAllocation{{Pool: "b", CIDRs: []string{"fd00::100/120"}}}
+	addAllocations(n, added)
+	got := n.Spec.IPAM.Pools.Allocated
+	if len(got) != 2 || got[0].Pool != "a" || !slices.Equal(got[0].CIDRs, []string{"10.0.0.0/24", "10.0.1.0/24"}) ||
+		!slices.Equal(got[1].CIDRs, []string{"fd00::100/120", "fd00::/120"}) {
+		t.Errorf("allocated = %+v", got)
+	}
+}

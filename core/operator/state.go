@@ -95,6 +95,17 @@ func (s *state) clearUnmet(node string) {
 	}
 }
 
+// unmetOf returns node's unmet requests, by pool.
+func (s *state) unmetOf(node string) map[string]unmetReason {
+	out := map[string]unmetReason{}
+	for pool, m := range s.unmet {
+		if r, ok := m[node]; ok {
+			out[pool] = r
+		}
+	}
+	return out
+}
+
 // unmetNodes returns the nodes with an unmet request for pool, sorted.
 func (s *state) unmetNodes(pool string) []string {
 	out := make([]string, 0, len(s.unmet[pool]))
