@@ -42,11 +42,13 @@ func (op *operator) setupClusterCIDR(mgr ctrl.Manager) error {
 		Complete(quiet(op.reconcileNode)); err != nil {
 		return err
 	}
+	configs := &configReconciler{client: op.client, st: op.st, m: op.m, status: op.status, event: op.event,
+		podCIDRs: op.opts.ClusterPodCIDRs, configDirty: op.configDirty, k8sNodeKick: op.k8sNodeKick, ready: op.waitReady}
 	return ctrl.NewControllerManagedBy(mgr).Named("allot-clustercidrconfig").
 		For(&allotv1.ClusterCIDRConfig{}).
 		WatchesRawSource(op.configDirty.source()).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 2}).
-		Complete(quiet(op.reconcileConfig))
+		Complete(quiet(configs.reconcile))
 }
 
 // nodePodCIDRs parses a Node's pod CIDRs (spec.podCIDRs, else spec.podCIDR).
@@ -401,79 +403,128 @@ func (op *operator) forgetNode(name string) {
 	}
 }
 
-// reconcileConfig keeps a ClusterCIDRConfig's finalizer, status and conditions, and re-queues
-// the nodes waiting for a config.
-func (op *operator) reconcileConfig(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	if err := op.waitReady(ctx); err != nil {
+// configReconciler is the ClusterCIDRConfig reconciler: it keeps a config's finalizer,
+// status and conditions, and re-queues the nodes waiting for a config. decideConfig computes
+// the status from the config's verdict (clustercidr_rules.go) and what the leader's state
+// says of it (pure); reconcile reads and snapshots, apply writes.
+type configReconciler struct {
+	client      client.Client
+	st          *state
+	m           *metrics
+	status      *statusBatch
+	event       eventFunc
+	podCIDRs    []netip.Prefix // cluster.podCIDRs
+	configDirty *dirtySet      // configs whose status to recompute
+	k8sNodeKick *dirtySet      // Nodes to re-queue
+	ready       func(context.Context) error
+}
+
+// configSnapshot is what the leader's state says of one config.
+type configSnapshot struct {
+	holders []string // nodes holding pod CIDRs of it, sorted
+	free    uint64   // blocks it can still hand out
+	waiting []string // nodes waiting for any config
+}
+
+// configDecision is what a config's status should be.
+type configDecision struct {
+	status  *allotv1.ClusterCIDRConfigStatus
+	events  []pendingEvent
+	release bool // terminating and no node holds its pod CIDRs: remove the finalizer
+}
+
+func (r *configReconciler) reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	if err := r.ready(ctx); err != nil {
 		return reconcile.Result{}, err
 	}
-	name := req.Name
 	var cfg allotv1.ClusterCIDRConfig
-	if err := op.client.Get(ctx, req.NamespacedName, &cfg); err != nil {
+	if err := r.client.Get(ctx, req.NamespacedName, &cfg); err != nil {
 		if apierrors.IsNotFound(err) {
-			op.st.mu.Lock()
-			delete(op.st.terminating, "ccc/"+name)
-			waiting := op.st.waitingNodes()
-			op.st.mu.Unlock()
-			op.k8sNodeKick.add(waiting...)
-			// The oldest config may be gone: the stack rule may now judge the others
-			// differently.
-			var all allotv1.ClusterCIDRConfigList
-			if err := op.client.List(ctx, &all); err != nil {
-				return reconcile.Result{}, err
-			}
-			for _, o := range all.Items {
-				op.configDirty.add(o.Name)
-			}
-			return reconcile.Result{}, nil
+			return reconcile.Result{}, r.forget(ctx, req.Name)
 		}
 		return reconcile.Result{}, err
 	}
-	terminating := cfg.DeletionTimestamp != nil
-	if res, done, err := op.ensureFinalizer(ctx, &cfg, allotv1.FinalizerConfigInUse, "ClusterCIDRConfig"); done {
+	if res, done, err := ensureFinalizer(ctx, r.client, &cfg, allotv1.FinalizerConfigInUse, "ClusterCIDRConfig"); done {
 		return res, err
 	}
 	// The stack rule judges a config against the others: read them all (from the cache).
 	var all allotv1.ClusterCIDRConfigList
-	if err := op.client.List(ctx, &all); err != nil {
+	if err := r.client.List(ctx, &all); err != nil {
 		return reconcile.Result{}, err
 	}
-	parsed, bad := configVerdicts(all.Items, op.opts.ClusterPodCIDRs)
-	p, bv := parsed[name], bad[name]
-	if p == nil && bv.ok() {
-		bv = verdict{allotv1.ReasonInvalid, "not in the list of ClusterCIDRConfigs yet"}
-	}
+	parsed, bad := configVerdicts(all.Items, r.podCIDRs)
+	p, bv := parsed[cfg.Name], bad[cfg.Name]
 	if len(cfg.Status.Conditions) == 0 {
 		// A new config may change which config is the oldest valid one (equal
 		// creationTimestamps): judge the others again.
 		for _, o := range all.Items {
-			if o.Name != name {
-				op.configDirty.add(o.Name)
+			if o.Name != cfg.Name {
+				r.configDirty.add(o.Name)
 			}
 		}
 	}
+	snap := r.snapshot(cfg.Name, cfg.DeletionTimestamp != nil, p)
+	d := decideConfig(&cfg, p, bv, snap)
+	r.m.blocks.WithLabelValues(kindConfig, cfg.Name, "node").Set(float64(len(snap.holders)))
+	if p != nil {
+		r.m.capacity.WithLabelValues(kindConfig, cfg.Name, "node").Set(float64(uint64(len(snap.holders)) + snap.free))
+	}
+	if d.release {
+		return r.release(ctx, &cfg)
+	}
+	return r.apply(ctx, &cfg, d, snap.waiting)
+}
 
-	st := op.st
+// forget: a deleted config frees nothing by itself, but waiting nodes may now match another
+// config, and the oldest config may be gone (the stack rule may judge the others anew).
+func (r *configReconciler) forget(ctx context.Context, name string) error {
+	r.st.mu.Lock()
+	delete(r.st.terminating, "ccc/"+name)
+	waiting := r.st.waitingNodes()
+	r.st.mu.Unlock()
+	r.k8sNodeKick.add(waiting...)
+	var all allotv1.ClusterCIDRConfigList
+	if err := r.client.List(ctx, &all); err != nil {
+		return err
+	}
+	for _, o := range all.Items {
+		r.configDirty.add(o.Name)
+	}
+	return nil
+}
+
+// snapshot reads the config's holders and free blocks from the state (marking a terminating
+// config there first, so no node reconcile carves from it from now on).
+func (r *configReconciler) snapshot(name string, terminating bool, p *cccParsed) configSnapshot {
+	var snap configSnapshot
+	st := r.st
 	st.mu.Lock()
 	if terminating {
 		st.terminating["ccc/"+name] = true
 	}
-	var holders []string
 	for n, h := range st.nodes {
 		if h.config == name {
-			holders = append(holders, n)
+			snap.holders = append(snap.holders, n)
 		}
 	}
-	var free uint64
 	if p != nil {
-		free = p.freeBlocks(&st.set)
+		snap.free = p.freeBlocks(&st.set)
 	}
-	waiting := st.waitingNodes()
+	snap.waiting = st.waitingNodes()
 	st.mu.Unlock()
-	slices.Sort(holders)
+	slices.Sort(snap.holders)
+	return snap
+}
 
+// decideConfig computes cfg's status from its parse (p, nil when it serves no node, then bv
+// says why) and the state's snapshot. Pure.
+func decideConfig(cfg *allotv1.ClusterCIDRConfig, p *cccParsed, bv verdict, snap configSnapshot) configDecision {
+	if p == nil && bv.ok() {
+		bv = verdict{allotv1.ReasonInvalid, "not in the list of ClusterCIDRConfigs yet"}
+	}
+	terminating := cfg.DeletionTimestamp != nil
 	want := cfg.Status.DeepCopy()
-	want.AllocatedBlocks = int64(len(holders))
+	want.AllocatedBlocks = int64(len(snap.holders))
 	want.TotalBlocks = 0
 	if p != nil {
 		want.TotalBlocks = int64(min(p.totalBlocks(), 1<<62))
@@ -498,55 +549,59 @@ func (op *operator) reconcileConfig(ctx context.Context, req reconcile.Request) 
 			return
 		}
 		if prev := meta.FindStatusCondition(want.Conditions, typ); prev == nil || prev.Message != msg {
-			evs = append(evs, pendingEvent{reason: typ, action: "Validate", note: msg})
-			if refusal != "" {
-				op.m.refusals.WithLabelValues(refusal).Inc()
-			}
+			evs = append(evs, pendingEvent{reason: typ, action: "Validate", note: msg, refusal: refusal})
 		}
 		meta.SetStatusCondition(&want.Conditions, metav1.Condition{Type: typ, Status: metav1.ConditionTrue, Reason: reason, Message: msg, ObservedGeneration: gen})
 	}
-	cond(allotv1.ConditionExhausted, p != nil && free == 0, allotv1.ReasonPoolExhausted,
+	cond(allotv1.ConditionExhausted, p != nil && snap.free == 0, allotv1.ReasonPoolExhausted,
 		"every per-node block is taken; matching nodes get the next best config, or wait", "")
-	cond(allotv1.ConditionDeletionRefused, terminating && len(holders) > 0, allotv1.ReasonInUse,
+	cond(allotv1.ConditionDeletionRefused, terminating && len(snap.holders) > 0, allotv1.ReasonInUse,
 		fmt.Sprintf("deletion refused: node(s) %s hold pod CIDRs of this config; it is deleted once they are gone (finalizer %s)",
-			strings.Join(firstN(holders, 10), ", "), allotv1.FinalizerConfigInUse), refusalConfigDeletion)
-	op.m.blocks.WithLabelValues(kindConfig, name, "node").Set(float64(len(holders)))
-	if p != nil {
-		op.m.capacity.WithLabelValues(kindConfig, name, "node").Set(float64(uint64(len(holders)) + free))
-	}
+			strings.Join(firstN(snap.holders, 10), ", "), allotv1.FinalizerConfigInUse), refusalConfigDeletion)
+	return configDecision{status: want, events: evs, release: terminating && len(snap.holders) == 0}
+}
 
-	if terminating && len(holders) == 0 {
-		if controllerutil.ContainsFinalizer(&cfg, allotv1.FinalizerConfigInUse) {
-			controllerutil.RemoveFinalizer(&cfg, allotv1.FinalizerConfigInUse)
-			if err := op.client.Update(ctx, &cfg); err != nil && !apierrors.IsNotFound(err) {
-				if apierrors.IsConflict(err) {
-					return reconcile.Result{RequeueAfter: conflictRetry}, nil
-				}
-				return reconcile.Result{}, fmt.Errorf("remove finalizer of ClusterCIDRConfig %s: %w", name, err)
-			}
-		}
+// release removes the finalizer of a config being deleted that no node holds pod CIDRs of.
+func (r *configReconciler) release(ctx context.Context, cfg *allotv1.ClusterCIDRConfig) (reconcile.Result, error) {
+	if !controllerutil.ContainsFinalizer(cfg, allotv1.FinalizerConfigInUse) {
 		return reconcile.Result{}, nil
 	}
+	controllerutil.RemoveFinalizer(cfg, allotv1.FinalizerConfigInUse)
+	if err := r.client.Update(ctx, cfg); err != nil && !apierrors.IsNotFound(err) {
+		if apierrors.IsConflict(err) {
+			return reconcile.Result{RequeueAfter: conflictRetry}, nil
+		}
+		return reconcile.Result{}, fmt.Errorf("remove finalizer of ClusterCIDRConfig %s: %w", cfg.Name, err)
+	}
+	return reconcile.Result{}, nil
+}
+
+// apply writes the decided status (counters batched by StatusDelay, conditions at once) and
+// its Events, and re-queues the waiting nodes: a new or changed config may serve them.
+func (r *configReconciler) apply(ctx context.Context, cfg *allotv1.ClusterCIDRConfig, d configDecision, waiting []string) (reconcile.Result, error) {
+	want := d.status
 	if !equality.Semantic.DeepEqual(want, &cfg.Status) {
-		if wait := op.statusWait("ccc/" + name); wait > 0 && sameConditions(want.Conditions, cfg.Status.Conditions) {
-			op.k8sNodeKick.add(waiting...)
+		if wait := r.status.wait("ccc/" + cfg.Name); wait > 0 && sameConditions(want.Conditions, cfg.Status.Conditions) {
+			r.k8sNodeKick.add(waiting...)
 			return reconcile.Result{RequeueAfter: wait}, nil
 		}
 		upd := cfg.DeepCopy()
 		upd.Status = *want
-		if err := op.client.Status().Update(ctx, upd); err != nil {
+		if err := r.client.Status().Update(ctx, upd); err != nil {
 			if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 				return reconcile.Result{RequeueAfter: conflictRetry}, nil
 			}
-			return reconcile.Result{}, fmt.Errorf("update ClusterCIDRConfig %s status: %w", name, err)
+			return reconcile.Result{}, fmt.Errorf("update ClusterCIDRConfig %s status: %w", cfg.Name, err)
 		}
-		op.statusWritten("ccc/" + name)
-		for _, ev := range evs {
-			op.event(upd, corev1.EventTypeWarning, ev.reason, ev.action, "%s", ev.note)
+		r.status.written("ccc/" + cfg.Name)
+		for _, ev := range d.events {
+			if ev.refusal != "" {
+				r.m.refusals.WithLabelValues(ev.refusal).Inc()
+			}
+			r.event(upd, corev1.EventTypeWarning, ev.reason, ev.action, "%s", ev.note)
 		}
 	}
-	// A new or changed config may serve waiting nodes.
-	op.k8sNodeKick.add(waiting...)
+	r.k8sNodeKick.add(waiting...)
 	return reconcile.Result{}, nil
 }
 
