@@ -3,6 +3,7 @@ package operator
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"slices"
 	"strings"
@@ -35,11 +36,14 @@ func (op *operator) setupClusterCIDR(mgr ctrl.Manager) error {
 		return o.UID != n.UID || !equality.Semantic.DeepEqual(o.Labels, n.Labels) ||
 			o.Spec.PodCIDR != n.Spec.PodCIDR || !slices.Equal(o.Spec.PodCIDRs, n.Spec.PodCIDRs)
 	}}
+	nodes := &nodeReconciler{client: op.client, st: op.st, m: op.m, log: op.log, event: op.event, fence: op.fence,
+		policy: op.opts.NodePolicy, podCIDRs: op.opts.ClusterPodCIDRs, configDirty: op.configDirty, k8sNodeKick: op.k8sNodeKick,
+		ready: op.waitReady}
 	if err := ctrl.NewControllerManagedBy(mgr).Named("allot-node-podcidr").
 		For(&corev1.Node{}, builder.WithPredicates(nodeChanged)).
 		WatchesRawSource(op.k8sNodeKick.source()).
 		WithOptions(controller.Options{MaxConcurrentReconciles: op.opts.Workers}).
-		Complete(quiet(op.reconcileNode)); err != nil {
+		Complete(quiet(nodes.reconcile)); err != nil {
 		return err
 	}
 	configs := &configReconciler{client: op.client, st: op.st, m: op.m, status: op.status, event: op.event,
@@ -127,176 +131,218 @@ func (op *operator) rebuildClusterCIDR(ctx context.Context) error {
 	return nil
 }
 
-// reconcileNode gives a Node without pod CIDRs its blocks from the best ClusterCIDRConfig
-// with a free block, or marks it as waiting.
-func (op *operator) reconcileNode(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	if err := op.waitReady(ctx); err != nil {
+// nodeReconciler is the Node pod-CIDR reconciler: it gives a Node without pod CIDRs its
+// blocks from the best ClusterCIDRConfig with a free block (the node policy chooses), or marks
+// it as waiting; pod CIDRs already set (by allot or another allocator) are reserved. Its
+// decisions are pure (candidateConfigs, podCIDRNode, waitVerdict, planNodeConditions); the
+// carving happens under st.mu, the write is fenced by a live read of the Lease.
+type nodeReconciler struct {
+	client      client.Client
+	st          *state
+	m           *metrics
+	log         *slog.Logger
+	event       eventFunc
+	fence       func(context.Context) error
+	policy      policy.PoolPolicy
+	podCIDRs    []netip.Prefix // cluster.podCIDRs
+	configDirty *dirtySet      // configs whose status to recompute
+	k8sNodeKick *dirtySet      // Nodes to re-queue
+	ready       func(context.Context) error
+}
+
+func (r *nodeReconciler) reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	if err := r.ready(ctx); err != nil {
 		return reconcile.Result{}, err
 	}
-	name := req.Name
 	var node corev1.Node
-	if err := op.client.Get(ctx, req.NamespacedName, &node); err != nil {
+	if err := r.client.Get(ctx, req.NamespacedName, &node); err != nil {
 		if apierrors.IsNotFound(err) {
-			op.forgetNode(name)
+			r.forget(req.Name)
 			return reconcile.Result{}, nil
 		}
 		return reconcile.Result{}, err
 	}
 	var cfgs allotv1.ClusterCIDRConfigList
-	if err := op.client.List(ctx, &cfgs); err != nil {
+	if err := r.client.List(ctx, &cfgs); err != nil {
 		return reconcile.Result{}, err
 	}
 	slices.SortFunc(cfgs.Items, func(a, b allotv1.ClusterCIDRConfig) int { return strings.Compare(a.Name, b.Name) })
-	byName := map[string]*allotv1.ClusterCIDRConfig{}
-	for i := range cfgs.Items {
-		byName[cfgs.Items[i].Name] = &cfgs.Items[i]
-	}
 
-	st := op.st
-	st.mu.Lock()
-	h := st.nodes[name]
+	r.st.mu.Lock()
+	h := r.st.nodes[node.Name]
 	if h != nil && h.uid != node.UID {
-		op.releaseNodeLocked(name, h)
+		r.releaseLocked(node.Name, h)
 		h = nil
 	}
 	if cidrs := nodePodCIDRs(&node); len(cidrs) > 0 {
-		// Served (by us or anyone): make sure its blocks are taken, so they are never handed
-		// out again, whoever wrote them.
-		var conflicts []string
-		if h == nil {
-			h = &nodeHold{uid: node.UID, config: configOf(&node, cidrs, cfgs.Items)}
-			for _, c := range cidrs {
-				if err := st.set.Reserve(c); err != nil {
-					conflicts = append(conflicts, err.Error())
-					continue
-				}
-				h.blocks = append(h.blocks, c)
-			}
-			st.nodes[name] = h
-		}
-		delete(st.waiting, name)
-		cfg := h.config
-		foreign := foreignPodCIDRMessage(&node, cidrs, cfgs.Items)
-		prevForeign, wasForeign := st.foreign[name]
-		if foreign != "" {
-			st.foreign[name] = foreign
-		} else {
-			delete(st.foreign, name)
-		}
-		st.mu.Unlock()
-		if cfg != "" {
-			op.configDirty.add(cfg)
-		}
-		if len(conflicts) > 0 {
-			op.m.refusals.WithLabelValues(refusalConflict).Add(float64(len(conflicts)))
-			op.event(&node, corev1.EventTypeWarning, allotv1.ReasonConflictingAllocation, "Allocate",
-				"pod CIDRs overlap other nodes' pod CIDRs: %s", strings.Join(conflicts, "; "))
-		}
-		if foreign != "" {
-			// kube-controller-manager's --allocate-node-cidrs (or any other allocator) wrote
-			// these: say so once per node and keep saying it in the condition.
-			if !wasForeign || prevForeign != foreign {
-				op.m.refusals.WithLabelValues(refusalForeign).Inc()
-				op.event(&node, corev1.EventTypeWarning, allotv1.ReasonForeignPodCIDR, "Allocate", "%s", foreign)
-				op.log.Warn("node has pod CIDRs allot did not assign; turn off kube-controller-manager's --allocate-node-cidrs",
-					"node", name, "podCIDRs", node.Spec.PodCIDRs)
-			}
-			return reconcile.Result{}, op.setNodeConditions(ctx, &node, nodeVerdict{served: true,
-				assigned: corev1.ConditionFalse, reason: allotv1.ReasonForeignPodCIDR, message: foreign, always: true})
-		}
-		return reconcile.Result{}, op.setNodeConditions(ctx, &node, nodeVerdict{served: true,
-			assigned: corev1.ConditionTrue, reason: allotv1.ReasonPodCIDRAssigned, message: assignedMessage(node.Spec.PodCIDRs, cfg)})
+		return reconcile.Result{}, r.served(ctx, &node, h, cidrs, cfgs.Items) // unlocks
 	}
 	if h != nil && len(h.blocks) > 0 {
 		// We wrote pod CIDRs the cache does not show yet; the update event follows.
-		st.mu.Unlock()
+		r.st.mu.Unlock()
 		return reconcile.Result{}, nil
 	}
-	parsed, bad := configVerdicts(cfgs.Items, op.opts.ClusterPodCIDRs)
-	views := make([]policy.CIDRConfigView, 0, len(cfgs.Items))
-	var unusable []string // configs that match the node but serve no node, and why
-	for i := range cfgs.Items {
-		c := &cfgs.Items[i]
-		if c.DeletionTimestamp != nil || st.terminating["ccc/"+c.Name] {
+	parsed, bad := configVerdicts(cfgs.Items, r.podCIDRs)
+	views, unusable := candidateConfigs(cfgs.Items, parsed, bad, node.Labels, r.st.terminating,
+		func(p *cccParsed) uint64 { return p.freeBlocks(&r.st.set) })
+	r.st.mu.Unlock()
+
+	nreq := &policy.NodeRequest{Node: policy.Node{Name: node.Name, Labels: node.Labels}, Configs: views}
+	d, err := r.policy.SelectNodeCIDRConfig(ctx, nreq)
+	if err != nil {
+		return reconcile.Result{}, fmt.Errorf("node policy for node %s: %w", node.Name, err)
+	}
+	var blocks []netip.Prefix
+	var chosen string
+	if d.Code == policy.Decided {
+		blocks, chosen = r.carve(&node, d.Configs, parsed)
+	}
+	if chosen == "" {
+		return r.waits(ctx, &node, d, unusable)
+	}
+	return r.assign(ctx, &node, blocks, chosen)
+}
+
+// served handles a Node that has pod CIDRs (written by us or anyone): they are taken, so they
+// are never handed out again, whoever wrote them; pod CIDRs allot did not write are reported.
+// Called with st.mu held; unlocks it.
+func (r *nodeReconciler) served(ctx context.Context, node *corev1.Node, h *nodeHold, cidrs []netip.Prefix, cfgs []allotv1.ClusterCIDRConfig) error {
+	st, name := r.st, node.Name
+	var conflicts []string
+	if h == nil {
+		h = &nodeHold{uid: node.UID, config: configOf(node, cidrs, cfgs)}
+		for _, c := range cidrs {
+			if err := st.set.Reserve(c); err != nil {
+				conflicts = append(conflicts, err.Error())
+				continue
+			}
+			h.blocks = append(h.blocks, c)
+		}
+		st.nodes[name] = h
+	}
+	delete(st.waiting, name)
+	cfg := h.config
+	foreign := foreignPodCIDRMessage(node, cidrs, cfgs)
+	prevForeign, wasForeign := st.foreign[name]
+	if foreign != "" {
+		st.foreign[name] = foreign
+	} else {
+		delete(st.foreign, name)
+	}
+	st.mu.Unlock()
+	if cfg != "" {
+		r.configDirty.add(cfg)
+	}
+	if len(conflicts) > 0 {
+		r.m.refusals.WithLabelValues(refusalConflict).Add(float64(len(conflicts)))
+		r.event(node, corev1.EventTypeWarning, allotv1.ReasonConflictingAllocation, "Allocate",
+			"pod CIDRs overlap other nodes' pod CIDRs: %s", strings.Join(conflicts, "; "))
+	}
+	if foreign == "" {
+		return r.setConditions(ctx, node, nodeVerdict{served: true,
+			assigned: corev1.ConditionTrue, reason: allotv1.ReasonPodCIDRAssigned, message: assignedMessage(node.Spec.PodCIDRs, cfg)})
+	}
+	// kube-controller-manager's --allocate-node-cidrs (or any other allocator) wrote these:
+	// say so once per node and keep saying it in the condition.
+	if !wasForeign || prevForeign != foreign {
+		r.m.refusals.WithLabelValues(refusalForeign).Inc()
+		r.event(node, corev1.EventTypeWarning, allotv1.ReasonForeignPodCIDR, "Allocate", "%s", foreign)
+		r.log.Warn("node has pod CIDRs allot did not assign; turn off kube-controller-manager's --allocate-node-cidrs",
+			"node", name, "podCIDRs", node.Spec.PodCIDRs)
+	}
+	return r.setConditions(ctx, node, nodeVerdict{served: true,
+		assigned: corev1.ConditionFalse, reason: allotv1.ReasonForeignPodCIDR, message: foreign, always: true})
+}
+
+// candidateConfigs are the views of the configs that may serve a node (free blocks counted
+// by free), and unusable the configs that match its labels but serve no node, with why.
+// Pure but for free, which reads the block set.
+func candidateConfigs(cfgs []allotv1.ClusterCIDRConfig, parsed map[string]*cccParsed, bad map[string]verdict,
+	labels map[string]string, terminating map[string]bool, free func(*cccParsed) uint64) (views []policy.CIDRConfigView, unusable []string) {
+	views = make([]policy.CIDRConfigView, 0, len(cfgs))
+	for i := range cfgs {
+		c := &cfgs[i]
+		if c.DeletionTimestamp != nil || terminating["ccc/"+c.Name] {
 			continue
 		}
 		p := parsed[c.Name]
 		if p == nil {
 			// The config's Ready condition says why; the node's message too, if it matches.
-			if v, ok := bad[c.Name]; ok && selectorMatches(c, node.Labels) {
+			if v, ok := bad[c.Name]; ok && selectorMatches(c, labels) {
 				unusable = append(unusable, fmt.Sprintf("%q (%s: %s)", c.Name, v.reason, v.message))
 			}
 			continue
 		}
 		v := p.view
-		v.FreeBlocks = p.freeBlocks(&st.set)
+		v.FreeBlocks = free(p)
 		views = append(views, v)
 	}
-	st.mu.Unlock()
+	return views, unusable
+}
 
-	nreq := &policy.NodeRequest{Node: policy.Node{Name: name, Labels: node.Labels}, Configs: views}
-	d, err := op.opts.NodePolicy.SelectNodeCIDRConfig(ctx, nreq)
-	if err != nil {
-		return reconcile.Result{}, fmt.Errorf("node policy for node %s: %w", name, err)
-	}
-	var blocks []netip.Prefix
-	var chosen string
-	if d.Code == policy.Decided {
-		st.mu.Lock()
-		for _, cname := range d.Configs {
-			p := parsed[cname]
-			if p == nil || byName[cname] == nil || st.terminating["ccc/"+cname] {
-				continue
-			}
-			if bs, ok := p.carve(&st.set); ok {
-				blocks, chosen = bs, cname
-				break
-			}
+// carve takes blocks for node from the first of the chosen configs that still has them, and
+// records the hold.
+func (r *nodeReconciler) carve(node *corev1.Node, chosen []string, parsed map[string]*cccParsed) ([]netip.Prefix, string) {
+	st := r.st
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	for _, cname := range chosen {
+		p := parsed[cname]
+		if p == nil || st.terminating["ccc/"+cname] {
+			continue
 		}
-		if chosen != "" {
-			st.nodes[name] = &nodeHold{uid: node.UID, config: chosen, blocks: blocks}
-			delete(st.waiting, name)
+		if bs, ok := p.carve(&st.set); ok {
+			st.nodes[node.Name] = &nodeHold{uid: node.UID, config: cname, blocks: bs}
+			delete(st.waiting, node.Name)
+			return bs, cname
 		}
-		st.mu.Unlock()
 	}
-	if chosen == "" {
-		return op.nodeWaits(ctx, &node, d, unusable)
-	}
+	return nil, ""
+}
 
-	orig := node.DeepCopy()
-	node.Spec.PodCIDRs = nil
-	for _, b := range blocks {
-		node.Spec.PodCIDRs = append(node.Spec.PodCIDRs, b.String())
-	}
-	node.Spec.PodCIDR = node.Spec.PodCIDRs[0]
-	if node.Annotations == nil {
-		node.Annotations = map[string]string{}
-	}
-	node.Annotations[allotv1.AnnotationClusterCIDRConfig] = chosen
-	err = op.fence(ctx)
+// assign writes the carved blocks to the Node (fenced, with its resourceVersion); on failure
+// they go back to the set.
+func (r *nodeReconciler) assign(ctx context.Context, node *corev1.Node, blocks []netip.Prefix, chosen string) (reconcile.Result, error) {
+	upd := podCIDRNode(node, blocks, chosen)
+	err := r.fence(ctx)
 	if err == nil {
-		err = op.client.Patch(ctx, &node, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
+		err = r.client.Patch(ctx, upd, client.MergeFromWithOptions(node, client.MergeFromWithOptimisticLock{}))
 	}
 	if err != nil {
-		st.mu.Lock()
-		if cur := st.nodes[name]; cur != nil && cur.uid == node.UID {
-			op.releaseNodeLocked(name, cur)
+		r.st.mu.Lock()
+		if cur := r.st.nodes[node.Name]; cur != nil && cur.uid == node.UID {
+			r.releaseLocked(node.Name, cur)
 		}
-		st.mu.Unlock()
-		if apierrors.IsConflict(err) {
+		r.st.mu.Unlock()
+		switch {
+		case apierrors.IsConflict(err):
 			return reconcile.Result{RequeueAfter: conflictRetry}, nil
-		}
-		if apierrors.IsNotFound(err) {
+		case apierrors.IsNotFound(err):
 			return reconcile.Result{}, nil
 		}
-		return reconcile.Result{}, fmt.Errorf("set pod CIDRs of node %s: %w", name, err)
+		return reconcile.Result{}, fmt.Errorf("set pod CIDRs of node %s: %w", node.Name, err)
 	}
-	op.m.allocated.WithLabelValues(kindConfig, chosen).Inc()
-	op.configDirty.add(chosen)
-	op.event(&node, corev1.EventTypeNormal, allotv1.ReasonPodCIDRAssigned, "Allocate",
-		"pod CIDRs %s from ClusterCIDRConfig %q", strings.Join(node.Spec.PodCIDRs, ", "), chosen)
-	return reconcile.Result{}, op.setNodeConditions(ctx, &node, nodeVerdict{served: true,
-		assigned: corev1.ConditionTrue, reason: allotv1.ReasonPodCIDRAssigned, message: assignedMessage(node.Spec.PodCIDRs, chosen)})
+	r.m.allocated.WithLabelValues(kindConfig, chosen).Inc()
+	r.configDirty.add(chosen)
+	r.event(upd, corev1.EventTypeNormal, allotv1.ReasonPodCIDRAssigned, "Allocate",
+		"pod CIDRs %s from ClusterCIDRConfig %q", strings.Join(upd.Spec.PodCIDRs, ", "), chosen)
+	return reconcile.Result{}, r.setConditions(ctx, upd, nodeVerdict{served: true,
+		assigned: corev1.ConditionTrue, reason: allotv1.ReasonPodCIDRAssigned, message: assignedMessage(upd.Spec.PodCIDRs, chosen)})
+}
+
+// podCIDRNode is node with blocks as its pod CIDRs from config chosen. Pure.
+func podCIDRNode(node *corev1.Node, blocks []netip.Prefix, chosen string) *corev1.Node {
+	upd := node.DeepCopy()
+	upd.Spec.PodCIDRs = nil
+	for _, b := range blocks {
+		upd.Spec.PodCIDRs = append(upd.Spec.PodCIDRs, b.String())
+	}
+	upd.Spec.PodCIDR = upd.Spec.PodCIDRs[0]
+	if upd.Annotations == nil {
+		upd.Annotations = map[string]string{}
+	}
+	upd.Annotations[allotv1.AnnotationClusterCIDRConfig] = chosen
+	return upd
 }
 
 func assignedMessage(cidrs []string, config string) string {
@@ -313,23 +359,44 @@ const (
 	msgAllFull = "every ClusterCIDRConfig matching the node is full"
 )
 
-// nodeWaits records that no config can serve the node now: the Node conditions
+// waits records that no config can serve the node now: the Node conditions
 // AllotPodCIDRAssigned=False and NetworkUnavailable=True (so it stays unschedulable) and an
 // Event (once per reason), and the node is re-queued when configs change or blocks are freed.
-// unusable lists configs that match the node but serve no node (invalid, outside the cluster
-// pod CIDR, another stack).
-func (op *operator) nodeWaits(ctx context.Context, node *corev1.Node, d policy.NodeDecision, unusable []string) (reconcile.Result, error) {
-	reason, refusal := allotv1.ReasonNoMatchingConfig, refusalNoMatch
-	msg := d.Reason
+func (r *nodeReconciler) waits(ctx context.Context, node *corev1.Node, d policy.NodeDecision, unusable []string) (reconcile.Result, error) {
+	reason, refusal, msg := waitVerdict(d, node.Name, unusable)
+	r.st.mu.Lock()
+	prev, was := r.st.waiting[node.Name]
+	r.st.waiting[node.Name] = msg
+	r.st.mu.Unlock()
+	if !was || prev != msg {
+		if refusal != "" {
+			r.m.refusals.WithLabelValues(refusal).Inc()
+		} else {
+			r.m.exhausted.WithLabelValues(kindConfig, strings.Join(d.Configs, ",")).Inc()
+		}
+		r.event(node, corev1.EventTypeWarning, reason, "Allocate", "%s", msg)
+		r.log.Info("node gets no pod CIDR yet", "node", node.Name, "reason", msg)
+	}
+	return reconcile.Result{}, r.setConditions(ctx, node, nodeVerdict{
+		assigned: corev1.ConditionFalse, reason: reason, message: msg, always: true})
+}
+
+// waitVerdict says why no config serves node: the condition reason, the refusal counted
+// ("" when the configs are full: counted as exhaustion) and the message. unusable lists
+// configs that match the node but serve no node (invalid, outside the cluster pod CIDR,
+// another stack). Pure.
+func waitVerdict(d policy.NodeDecision, node string, unusable []string) (reason, refusal, msg string) {
+	reason, refusal = allotv1.ReasonNoMatchingConfig, refusalNoMatch
+	msg = d.Reason
 	switch {
 	case d.Code == policy.NoFit && d.Cause == policy.CauseFull:
 		reason, refusal = allotv1.ReasonAllConfigsFull, ""
 	case d.Code == policy.Decided:
 		// Every candidate filled up between the policy's view and the carving.
 		reason, refusal = allotv1.ReasonAllConfigsFull, ""
-		msg = fmt.Sprintf("%s: %s matched node %q but filled up", msgAllFull, strings.Join(d.Configs, ", "), node.Name)
+		msg = fmt.Sprintf("%s: %s matched node %q but filled up", msgAllFull, strings.Join(d.Configs, ", "), node)
 	case d.Code == policy.Skip:
-		msg = fmt.Sprintf("%s: the node policy had no opinion on node %q", msgNoMatch, node.Name)
+		msg = fmt.Sprintf("%s: the node policy had no opinion on node %q", msgNoMatch, node)
 	}
 	if msg == "" {
 		msg = msgNoMatch
@@ -337,69 +404,55 @@ func (op *operator) nodeWaits(ctx context.Context, node *corev1.Node, d policy.N
 	if len(unusable) > 0 {
 		msg += "; matching configs that serve no node: " + strings.Join(unusable, "; ")
 	}
-	op.st.mu.Lock()
-	prev, was := op.st.waiting[node.Name]
-	op.st.waiting[node.Name] = msg
-	op.st.mu.Unlock()
-	if !was || prev != msg {
-		if refusal != "" {
-			op.m.refusals.WithLabelValues(refusal).Inc()
-		} else {
-			op.m.exhausted.WithLabelValues(kindConfig, strings.Join(d.Configs, ",")).Inc()
-		}
-		op.event(node, corev1.EventTypeWarning, reason, "Allocate", "%s", msg)
-		op.log.Info("node gets no pod CIDR yet", "node", node.Name, "reason", msg)
-	}
-	return reconcile.Result{}, op.setNodeConditions(ctx, node, nodeVerdict{
-		assigned: corev1.ConditionFalse, reason: reason, message: msg, always: true})
+	return reason, refusal, msg
 }
 
-// setNodeConditions writes the Node conditions of a verdict (planNodeConditions) with a
+// setConditions writes the Node conditions of a verdict (planNodeConditions) with a
 // strategic merge patch of status, which merges conditions by type: the kubelet's and other
 // components' conditions are left alone.
-func (op *operator) setNodeConditions(ctx context.Context, node *corev1.Node, v nodeVerdict) error {
+func (r *nodeReconciler) setConditions(ctx context.Context, node *corev1.Node, v nodeVerdict) error {
 	conds, changed := planNodeConditions(node.Status.Conditions, v, metav1.Now())
 	if !changed {
 		return nil
 	}
 	orig := node.DeepCopy()
 	node.Status.Conditions = conds
-	if err := op.client.Status().Patch(ctx, node, client.StrategicMergeFrom(orig)); err != nil && !apierrors.IsNotFound(err) {
+	if err := r.client.Status().Patch(ctx, node, client.StrategicMergeFrom(orig)); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("node %s conditions %s, %s: %w", node.Name, allotv1.NodeConditionPodCIDRAssigned,
 			allotv1.NodeConditionNetworkUnavailable, err)
 	}
 	return nil
 }
 
-func (op *operator) releaseNodeLocked(name string, h *nodeHold) {
+func (r *nodeReconciler) releaseLocked(name string, h *nodeHold) {
 	for _, b := range h.blocks {
-		op.st.set.Release(b)
+		r.st.set.Release(b)
 	}
 	if len(h.blocks) > 0 && h.config != "" {
-		op.m.released.WithLabelValues(kindConfig, h.config).Inc()
+		r.m.released.WithLabelValues(kindConfig, h.config).Inc()
 	}
-	delete(op.st.nodes, name)
+	delete(r.st.nodes, name)
 }
 
-// forgetNode frees a deleted Node's blocks and re-queues the nodes waiting for a free block.
-func (op *operator) forgetNode(name string) {
-	st := op.st
+// forget frees a deleted Node's blocks and re-queues the nodes waiting for a free block.
+func (r *nodeReconciler) forget(name string) {
+	st := r.st
 	st.mu.Lock()
 	var cfg string
 	freed := false
 	if h := st.nodes[name]; h != nil {
 		cfg, freed = h.config, len(h.blocks) > 0
-		op.releaseNodeLocked(name, h)
+		r.releaseLocked(name, h)
 	}
 	delete(st.waiting, name)
 	delete(st.foreign, name)
 	waiting := st.waitingNodes()
 	st.mu.Unlock()
 	if cfg != "" {
-		op.configDirty.add(cfg)
+		r.configDirty.add(cfg)
 	}
 	if freed {
-		op.k8sNodeKick.add(waiting...)
+		r.k8sNodeKick.add(waiting...)
 	}
 }
 

@@ -4,10 +4,12 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	allotv1 "github.com/allot-ipam/allot/core/k8s/apis/allot/v1alpha1"
+	"github.com/allot-ipam/allot/sdk/policy"
 )
 
 // TestDecideConfig covers the ClusterCIDRConfig reconciler's decision: counts, Ready's
@@ -72,5 +74,65 @@ func TestDecideConfig(t *testing.T) {
 				t.Errorf("conditions %v events %v refusals %q; want %v %v %q", conds, evs, refusals, tt.conds, tt.events, tt.refusals)
 			}
 		})
+	}
+}
+
+// TestWaitVerdict: why a node gets no pod CIDR, as the condition, the refusal and the message
+// say it.
+func TestWaitVerdict(t *testing.T) {
+	tests := []struct {
+		name     string
+		d        policy.NodeDecision
+		unusable []string
+		reason   string
+		refusal  string
+		msg      string // contained
+	}{
+		{"no match", policy.NodeDecision{Code: policy.NoFit, Reason: "no ClusterCIDRConfig matches node labels: x"}, nil,
+			allotv1.ReasonNoMatchingConfig, refusalNoMatch, "no ClusterCIDRConfig matches"},
+		{"all full", policy.NodeDecision{Code: policy.NoFit, Cause: policy.CauseFull, Reason: "every ClusterCIDRConfig matching the node is full: a"}, nil,
+			allotv1.ReasonAllConfigsFull, "", "is full"},
+		{"filled up while carving", policy.NodeDecision{Code: policy.Decided, Configs: []string{"a", "b"}}, nil,
+			allotv1.ReasonAllConfigsFull, "", `a, b matched node "n1" but filled up`},
+		{"no opinion", policy.NodeDecision{Code: policy.Skip}, nil, allotv1.ReasonNoMatchingConfig, refusalNoMatch, "had no opinion"},
+		{"unusable configs named", policy.NodeDecision{Code: policy.NoFit}, []string{`"c" (Invalid: bad)`},
+			allotv1.ReasonNoMatchingConfig, refusalNoMatch, `matching configs that serve no node: "c" (Invalid: bad)`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			reason, refusal, msg := waitVerdict(tt.d, "n1", tt.unusable)
+			if reason != tt.reason || refusal != tt.refusal || !strings.Contains(msg, tt.msg) {
+				t.Errorf("waitVerdict = %s, %q, %q; want %s, %q, containing %q", reason, refusal, msg, tt.reason, tt.refusal, tt.msg)
+			}
+		})
+	}
+}
+
+// TestPodCIDRNode: the Node written carries both families' blocks, the first as spec.podCIDR,
+// and the config's annotation; the Node read is left as it was.
+func TestPodCIDRNode(t *testing.T) {
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}
+	upd := podCIDRNode(n, prefixes("10.0.1.0/24", "fd00::100/120"), "a")
+	if upd.Spec.PodCIDR != "10.0.1.0/24" || strings.Join(upd.Spec.PodCIDRs, ",") != "10.0.1.0/24,fd00::100/120" ||
+		upd.Annotations[allotv1.AnnotationClusterCIDRConfig] != "a" {
+		t.Errorf("node = %+v %v", upd.Spec, upd.Annotations)
+	}
+	if n.Spec.PodCIDR != "" || n.Annotations != nil {
+		t.Errorf("the Node read changed: %+v", n)
+	}
+}
+
+// TestCandidateConfigs: terminating and invalid configs are no candidates; an invalid one
+// that matches the node is named.
+func TestCandidateConfigs(t *testing.T) {
+	cfgs := []allotv1.ClusterCIDRConfig{ccc("a", 1, "10.0.0.0/16", 24, "", 0), ccc("b", 2, "10.1.0.0/16", 24, "", 0),
+		ccc("bad", 3, "10.2.0.0/16", 8, "", 0)}
+	parsed, bad := configVerdicts(cfgs, nil)
+	views, unusable := candidateConfigs(cfgs, parsed, bad, nil, map[string]bool{"ccc/b": true}, func(*cccParsed) uint64 { return 7 })
+	if len(views) != 1 || views[0].Name != "a" || views[0].FreeBlocks != 7 {
+		t.Errorf("views = %+v", views)
+	}
+	if len(unusable) != 1 || !strings.HasPrefix(unusable[0], `"bad" (`) {
+		t.Errorf("unusable = %v", unusable)
 	}
 }
