@@ -14,10 +14,6 @@ import (
 // out of) before anything is handed out of it, so it cannot disappear while in use. A
 // terminating object gets none. done reports that the reconcile should return res, err now:
 // the write conflicted (retry shortly with the fresh object) or failed.
-func (op *operator) ensureFinalizer(ctx context.Context, obj client.Object, f, kind string) (res reconcile.Result, done bool, err error) {
-	return ensureFinalizer(ctx, op.client, obj, f, kind)
-}
-
 func ensureFinalizer(ctx context.Context, c client.Client, obj client.Object, f, kind string) (res reconcile.Result, done bool, err error) {
 	if obj.GetDeletionTimestamp() != nil || controllerutil.ContainsFinalizer(obj, f) {
 		return reconcile.Result{}, false, nil

@@ -398,10 +398,6 @@ func (op *operator) event(obj runtime.Object, typ, reason, action, format string
 	op.recorder.Eventf(obj, nil, typ, reason, action, "%s", note)
 }
 
-func (op *operator) statusWait(key string) time.Duration { return op.status.wait(key) }
-
-func (op *operator) statusWritten(key string) { op.status.written(key) }
-
 // quiet wraps a reconciler so that errors caused by the term ending (context cancelled on
 // shutdown or lost Lease) are not logged as reconcile failures.
 func quiet(f reconcile.Func) reconcile.Func {
