@@ -15,6 +15,7 @@ import (
 
 	"github.com/allot-ipam/allot/core/config"
 	"github.com/allot-ipam/allot/core/daemon"
+	"github.com/allot-ipam/allot/plugins/builtin"
 	"github.com/spf13/cobra"
 )
 
@@ -43,19 +44,22 @@ func main() {
 			for _, w := range cfg.Warnings {
 				log.Warn(w)
 			}
+			// The composition root: the built-in plugins this binary links in, passed into
+			// core, which imports none of them.
+			builtins := builtin.Registry()
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
 			switch cfg.Mode {
 			case "agent":
-				d, err := daemon.NewAgent(ctx, cfg, log)
+				d, err := daemon.NewAgent(ctx, cfg, builtins, log)
 				if err != nil {
 					return err
 				}
 				return d.Serve(ctx)
 			case "operator":
-				return daemon.RunOperator(ctx, cfg, log)
+				return daemon.RunOperator(ctx, cfg, builtins, log)
 			}
-			d, err := daemon.New(ctx, cfg, log)
+			d, err := daemon.New(ctx, cfg, builtins, log)
 			if err != nil {
 				return err
 			}

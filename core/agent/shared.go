@@ -20,7 +20,7 @@ import (
 
 // SharedOptions configure the agent's shared-pool allocator.
 type SharedOptions struct {
-	// Policy returns the pool policy of a network (nil: spiderpool-priority).
+	// Policy returns the pool policy of a network (sharedpool.Options.Policy: required).
 	Policy func(network string) policy.PoolPolicy
 	// PolicyTimeout bounds a policy decision.
 	PolicyTimeout time.Duration

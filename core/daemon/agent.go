@@ -15,7 +15,7 @@ import (
 	"github.com/allot-ipam/allot/core/ipam"
 	"github.com/allot-ipam/allot/core/k8s/apis/allot/v1alpha1"
 	"github.com/allot-ipam/allot/core/noderoutes"
-	ciliumannotations "github.com/allot-ipam/allot/plugins/policy/ciliumannotations"
+	"github.com/allot-ipam/allot/core/registry"
 	"github.com/go-logr/logr"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -64,10 +64,14 @@ func (d *AgentDaemon) Agent() *agent.Agent { return d.agent }
 // NewAgent prepares allotd in agent mode. As in standalone mode, every allocation in the
 // store is restored before the API socket exists; the blocks they belong to are learned from
 // the node's AllotNode once the agent runs, and an ADD arriving before then waits for them.
-func NewAgent(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *AgentDaemon, err error) {
-	cfg = agentConfig(cfg, log)
+func NewAgent(ctx context.Context, cfg *config.Config, builtins *registry.Registry, log *slog.Logger) (_ *AgentDaemon, err error) {
+	if err := builtins.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = agentConfig(cfg, builtins.Roles.AgentPolicy, log)
 	RouteKlog(log)
 	d := newBase(cfg, log)
+	d.builtins = builtins
 	defer func() {
 		if err != nil {
 			d.close(context.Background())
@@ -101,6 +105,10 @@ func NewAgent(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Age
 		// client-go's default 5 requests/s when a node starts many pods at once.
 		restCfg.QPS, restCfg.Burst = 20, 40
 	}
+	shared, err := sharedOptions(cfg, builtins, d.plugins)
+	if err != nil {
+		return nil, err
+	}
 	ag, err := agent.New(agent.Options{
 		NodeName:        cfg.Cluster.NodeName,
 		RESTConfig:      restCfg,
@@ -113,7 +121,7 @@ func NewAgent(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Age
 		Registerer:      d.reg,
 		Logger:          log.With("component", "agent"),
 		ENI:             agentENI(cfg.Cluster.ENI),
-		Shared:          sharedOptions(cfg, d.plugins),
+		Shared:          shared,
 		PodCIDRs:        agentPodCIDRMode(cfg.Cluster),
 		Store:           d.store,
 	})
@@ -237,15 +245,15 @@ func agentENI(e config.ClusterENI) *agent.ENIOptions {
 	}
 }
 
-// agentConfig returns cfg with agent-mode defaults: the pool policy chain is Cilium's
-// (pod annotation, namespace annotation, pool "default") unless the file chose one; the
-// standalone default "static" would find no pool, since cluster pools are never "default
-// pools of the CNI config".
-func agentConfig(cfg *config.Config, log *slog.Logger) *config.Config {
+// agentConfig returns cfg with agent-mode defaults: the pool policy chain is the registry's
+// agent policy (allotd's: Cilium's pod annotation, namespace annotation, pool "default")
+// unless the file chose one; the standalone default "static" would find no pool, since
+// cluster pools are never "default pools of the CNI config".
+func agentConfig(cfg *config.Config, agentPolicy string, log *slog.Logger) *config.Config {
 	c := *cfg
 	if slices.Equal(c.Policy.Default.Policies, config.Defaults().Policy.Default.Policies) && c.Policy.Default.Fallback == "" {
-		c.Policy.Default = config.Chain{Policies: []string{ciliumannotations.Name}}
-		log.Info("agent mode: default pool policy chain is cilium-annotations (pod annotation, namespace annotation, pool \"default\")")
+		c.Policy.Default = config.Chain{Policies: []string{agentPolicy}}
+		log.Info("agent mode: default pool policy chain", "policy", agentPolicy)
 	}
 	return &c
 }

@@ -9,7 +9,7 @@ import (
 	"github.com/allot-ipam/allot/core/api"
 	"github.com/allot-ipam/allot/core/cloudpool"
 	"github.com/allot-ipam/allot/core/ipam"
-	cloudbackends "github.com/allot-ipam/allot/plugins/cloud"
+	"github.com/allot-ipam/allot/core/registry"
 	"github.com/allot-ipam/allot/sdk/cloud"
 )
 
@@ -63,10 +63,11 @@ func (d *Daemon) cloudBackend(ctx context.Context, name string, built map[string
 	if b, ok := built[name]; ok {
 		return b, nil
 	}
-	if _, ok := cloudbackends.Lookup(name); !ok {
-		return nil, fmt.Errorf("%q is neither a loaded cloud-backend plugin nor a built-in backend (%s)", name, cloudbackends.Names())
+	newBackend, ok := registry.Lookup(d.builtins.Clouds, name)
+	if !ok {
+		return nil, fmt.Errorf("%q is neither a loaded cloud-backend plugin nor a built-in backend (%s)", name, registry.Names(d.builtins.Clouds))
 	}
-	b, err := cloudbackends.New(ctx, name, d.cfg.Cloud.Backends[name], d.log.With("component", "cloud", "backend", name))
+	b, err := newBackend(ctx, d.cfg.Cloud.Backends[name], d.log.With("component", "cloud", "backend", name))
 	if err != nil {
 		return nil, fmt.Errorf("cloud.backends.%s: %w", name, err)
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/allot-ipam/allot/core/config"
 	"github.com/allot-ipam/allot/core/datapathctl"
 	"github.com/allot-ipam/allot/core/ipam"
+	"github.com/allot-ipam/allot/core/registry"
 	"github.com/allot-ipam/allot/core/store"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -39,6 +40,7 @@ const shutdownGrace = 10 * time.Second
 // Daemon is a running allotd.
 type Daemon struct {
 	cfg      *config.Config
+	builtins *registry.Registry
 	log      *slog.Logger
 	reg      *prometheus.Registry
 	store    *store.Store
@@ -73,9 +75,11 @@ type Daemon struct {
 }
 
 // New prepares the daemon: opens the store, restores allocations, loads plugins and opens
-// the listeners. Serve starts answering.
-func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Daemon, err error) {
+// the listeners. Serve starts answering. builtins are the built-in plugins the configuration
+// may name (the composition root's, plugins/builtin.Registry for allotd).
+func New(ctx context.Context, cfg *config.Config, builtins *registry.Registry, log *slog.Logger) (_ *Daemon, err error) {
 	d := newBase(cfg, log)
+	d.builtins = builtins
 	defer func() {
 		if err != nil {
 			d.close(context.Background())
@@ -161,6 +165,9 @@ func newBase(cfg *config.Config, log *slog.Logger) *Daemon {
 // openBase opens what every node role needs before its pools: the health listener, the
 // store (so no allocation is unknown when pools appear) and the plugins.
 func (d *Daemon) openBase(ctx context.Context) (err error) {
+	if err := d.builtins.Validate(); err != nil {
+		return err
+	}
 	if d.httpLn, err = d.listenHTTP(); err != nil {
 		return err
 	}
@@ -171,7 +178,7 @@ func (d *Daemon) openBase(ctx context.Context) (err error) {
 		return err
 	}
 	d.reg.MustRegister(newStoreCollector(d.store))
-	if d.plugins, err = LoadPlugins(ctx, d.cfg, d.log.With("component", "plugins")); err != nil {
+	if d.plugins, err = LoadPlugins(ctx, d.cfg, d.builtins, d.log.With("component", "plugins")); err != nil {
 		return err
 	}
 	return nil

@@ -20,6 +20,7 @@ import (
 	"github.com/allot-ipam/allot/core/config"
 	"github.com/allot-ipam/allot/internal/benchutil"
 	"github.com/allot-ipam/allot/internal/metricslint"
+	"github.com/allot-ipam/allot/plugins/builtin"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -42,7 +43,7 @@ func testConfig(t testing.TB, cidr string, noSync bool) *config.Config {
 func start(t testing.TB, cfg *config.Config) (*Daemon, *client.Client, func() error) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	d, err := New(ctx, cfg, quiet)
+	d, err := New(ctx, cfg, builtin.Registry(), quiet)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +118,7 @@ func TestSecondDaemonOnSameSocketIsRefused(t *testing.T) {
 	start(t, cfg)
 	cfg2 := *cfg
 	cfg2.Store.Path = filepath.Join(t.TempDir(), "other.db")
-	_, err := New(context.Background(), &cfg2, quiet)
+	_, err := New(context.Background(), &cfg2, builtin.Registry(), quiet)
 	if err == nil || !strings.Contains(err.Error(), "served by another process") {
 		t.Fatalf("got %v", err)
 	}
@@ -126,7 +127,7 @@ func TestSecondDaemonOnSameSocketIsRefused(t *testing.T) {
 func TestUnknownPolicyIsAConfigError(t *testing.T) {
 	cfg := testConfig(t, "10.5.0.0/24", true)
 	cfg.Policy.Networks = map[string]config.Chain{"blue": {Policies: []string{"static", "nope"}}}
-	_, err := New(context.Background(), cfg, quiet)
+	_, err := New(context.Background(), cfg, builtin.Registry(), quiet)
 	if err == nil || !strings.Contains(err.Error(), `policy.networks.blue.chain[1]: unknown policy "nope"`) {
 		t.Fatalf("got %v", err)
 	}

@@ -7,7 +7,7 @@ import (
 
 	"github.com/allot-ipam/allot/core/datapathctl"
 	"github.com/allot-ipam/allot/core/ipam"
-	datapaths "github.com/allot-ipam/allot/plugins/datapath"
+	"github.com/allot-ipam/allot/core/registry"
 	"github.com/allot-ipam/allot/sdk/datapath"
 )
 
@@ -41,10 +41,10 @@ func (d *Daemon) newDatapath(podCIDRs []netip.Prefix) (*datapathctl.Controller, 
 			return nil, fmt.Errorf("datapath.type: plugin %q is a %s, not a datapath", dc.Type, l.Kind)
 		}
 		dp = l.Datapath
-	} else if f, ok := datapaths.Lookup(dc.Type); ok {
+	} else if f, ok := registry.Lookup(d.builtins.Datapaths, dc.Type); ok {
 		dp = f(d.log.With("component", "datapath", "datapath", dc.Type))
 	} else {
-		return nil, fmt.Errorf("datapath.type: %q is neither a built-in datapath (%s) nor a loaded datapath plugin", dc.Type, datapaths.Names())
+		return nil, fmt.Errorf("datapath.type: %q is neither a built-in datapath (%s) nor a loaded datapath plugin", dc.Type, registry.Names(d.builtins.Datapaths))
 	}
 	return datapathctl.New(datapathctl.Options{
 		Datapath:        dp,

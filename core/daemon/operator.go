@@ -16,7 +16,7 @@ import (
 	allotv1 "github.com/allot-ipam/allot/core/k8s/apis/allot/v1alpha1"
 	"github.com/allot-ipam/allot/core/operator"
 	"github.com/allot-ipam/allot/core/pluginhost"
-	cloudbackends "github.com/allot-ipam/allot/plugins/cloud"
+	"github.com/allot-ipam/allot/core/registry"
 	"github.com/allot-ipam/allot/sdk/cloud"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -27,11 +27,13 @@ import (
 // OperatorDaemon is allotd in operator mode: core/operator (leader-elected on a Lease) plus
 // /healthz, /readyz and /metrics.
 type OperatorDaemon struct {
-	cfg    *config.Config
-	log    *slog.Logger
-	reg    *prometheus.Registry
-	opts   operator.Options
-	httpLn net.Listener
+	cfg *config.Config
+	// builtins are the composition root's built-in plugins (the node policy, cloud backends).
+	builtins *registry.Registry
+	log      *slog.Logger
+	reg      *prometheus.Registry
+	opts     operator.Options
+	httpLn   net.Listener
 	// metrics serves /metrics off loopback when http.metricsAddress is set.
 	metrics *metricsServer
 	leader  atomic.Bool
@@ -41,13 +43,16 @@ type OperatorDaemon struct {
 }
 
 // NewOperator prepares allotd in operator mode.
-func NewOperator(cfg *config.Config, log *slog.Logger) (*OperatorDaemon, error) {
+func NewOperator(cfg *config.Config, builtins *registry.Registry, log *slog.Logger) (*OperatorDaemon, error) {
+	if err := builtins.Validate(); err != nil {
+		return nil, err
+	}
 	restCfg, err := RESTConfig(cfg.Cluster.Kubeconfig)
 	if err != nil {
 		return nil, err
 	}
 	RouteKlog(log)
-	d := &OperatorDaemon{cfg: cfg, log: log, reg: prometheus.NewRegistry()}
+	d := &OperatorDaemon{cfg: cfg, builtins: builtins, log: log, reg: prometheus.NewRegistry()}
 	d.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	le := cfg.Cluster.LeaderElection
 	podCIDRs, err := cfg.Cluster.PodCIDRPrefixes()
@@ -71,6 +76,12 @@ func NewOperator(cfg *config.Config, log *slog.Logger) (*OperatorDaemon, error) 
 		Workers:           cfg.Cluster.Workers,
 		OnLeader:          func() { d.leader.Store(true) },
 		SharedPools:       sharedPoolOperatorOptions(cfg.Cluster.SharedPools),
+	}
+	if cfg.Cluster.ClusterCIDRConfig {
+		name := builtins.Roles.NodePolicy
+		if d.opts.NodePolicy, err = builtins.NewPolicy(name, cfg.Policy.Config[name]); err != nil {
+			return nil, fmt.Errorf("policy.config.%s: %w", name, err)
+		}
 	}
 	if cfg.Cluster.ENI.Enabled() {
 		if err := d.setupENI(); err != nil {
@@ -112,10 +123,11 @@ func (d *OperatorDaemon) setupENI() error {
 		}
 		backend, d.closeBackend = l.CloudBackend, l.Close
 	} else {
-		if _, ok := cloudbackends.Lookup(e.Backend); !ok {
-			return fmt.Errorf("cluster.eni.backend: %q is neither a cloud-backend plugin of plugins nor a built-in backend (%s)", e.Backend, cloudbackends.Names())
+		newBackend, ok := registry.Lookup(d.builtins.Clouds, e.Backend)
+		if !ok {
+			return fmt.Errorf("cluster.eni.backend: %q is neither a cloud-backend plugin of plugins nor a built-in backend (%s)", e.Backend, registry.Names(d.builtins.Clouds))
 		}
-		b, err := cloudbackends.New(ctx, e.Backend, d.cfg.Cloud.Backends[e.Backend], d.log.With("component", "cloud", "backend", e.Backend))
+		b, err := newBackend(ctx, d.cfg.Cloud.Backends[e.Backend], d.log.With("component", "cloud", "backend", e.Backend))
 		if err != nil {
 			return fmt.Errorf("cloud.backends.%s: %w", e.Backend, err)
 		}
@@ -213,8 +225,8 @@ func (d *OperatorDaemon) HTTPAddr() string {
 }
 
 // RunOperator runs allotd in operator mode until ctx ends.
-func RunOperator(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
-	d, err := NewOperator(cfg, log)
+func RunOperator(ctx context.Context, cfg *config.Config, builtins *registry.Registry, log *slog.Logger) error {
+	d, err := NewOperator(cfg, builtins, log)
 	if err != nil {
 		return err
 	}

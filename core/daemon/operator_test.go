@@ -14,6 +14,7 @@ import (
 	"github.com/allot-ipam/allot/core/config"
 	"github.com/allot-ipam/allot/internal/metricslint"
 	"github.com/allot-ipam/allot/internal/testenv"
+	"github.com/allot-ipam/allot/plugins/builtin"
 	"github.com/allot-ipam/allot/test/k8senv"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -60,7 +61,7 @@ func TestOperatorMode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := NewOperator(cfg, quiet)
+	d, err := NewOperator(cfg, builtin.Registry(), quiet)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +106,7 @@ func TestOperatorModeBadKubeconfig(t *testing.T) {
 	c := config.Defaults()
 	c.Mode = "operator"
 	c.Cluster.Kubeconfig = filepath.Join(t.TempDir(), "missing")
-	if _, err := NewOperator(&c, quiet); err == nil || !strings.Contains(err.Error(), "cluster.kubeconfig") {
+	if _, err := NewOperator(&c, builtin.Registry(), quiet); err == nil || !strings.Contains(err.Error(), "cluster.kubeconfig") {
 		t.Fatalf("got %v", err)
 	}
 }

@@ -13,7 +13,7 @@ import (
 	"github.com/allot-ipam/allot/core/config"
 	"github.com/allot-ipam/allot/core/pluginhost"
 	"github.com/allot-ipam/allot/core/policychain"
-	policies "github.com/allot-ipam/allot/plugins/policy"
+	"github.com/allot-ipam/allot/core/registry"
 	"github.com/allot-ipam/allot/sdk/policy"
 )
 
@@ -33,7 +33,8 @@ type Plugins struct {
 // LoadPlugins loads every configured plugin and builds the policy chains. A chain may name
 // a loaded pool-policy plugin or a built-in policy; a loaded plugin wins over a built-in of
 // the same name, so a site can replace a built-in without renaming it in every chain.
-func LoadPlugins(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Plugins, err error) {
+// Built-ins are those of builtins (the composition root's registry).
+func LoadPlugins(ctx context.Context, cfg *config.Config, builtins *registry.Registry, log *slog.Logger) (_ *Plugins, err error) {
 	p := &Plugins{log: log, networks: map[string]*policychain.Chain{}, lastErr: map[string]string{}}
 	defer func() {
 		if err != nil {
@@ -64,10 +65,10 @@ func LoadPlugins(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *
 				return policychain.Link{Name: name, Policy: l.PoolPolicy}, nil
 			}
 		}
-		if _, ok := policies.Lookup(name); !ok {
-			return policychain.Link{}, fmt.Errorf("%s: unknown policy %q (built-in: %s; plugins: %s)", field, name, builtinNames(), p.pluginNames())
+		if _, ok := registry.Lookup(builtins.Policies, name); !ok {
+			return policychain.Link{}, fmt.Errorf("%s: unknown policy %q (built-in: %s; plugins: %s)", field, name, registry.Names(builtins.Policies), p.pluginNames())
 		}
-		pol, err := policies.New(name, cfg.Policy.Config[name])
+		pol, err := builtins.NewPolicy(name, cfg.Policy.Config[name])
 		if err != nil {
 			return policychain.Link{}, fmt.Errorf("policy.config.%s: %w", name, err)
 		}
@@ -111,8 +112,8 @@ func LoadPlugins(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *
 		}
 	}
 	for n := range cfg.Policy.Config {
-		if _, ok := policies.Lookup(n); !ok {
-			return nil, fmt.Errorf("policy.config.%s: no built-in policy has this name (built-in: %s)", n, builtinNames())
+		if _, ok := registry.Lookup(builtins.Policies, n); !ok {
+			return nil, fmt.Errorf("policy.config.%s: no built-in policy has this name (built-in: %s)", n, registry.Names(builtins.Policies))
 		}
 	}
 	for n := range used {
@@ -177,14 +178,6 @@ func (p *Plugins) Close(ctx context.Context) error {
 	}
 	p.loaded = nil
 	return errors.Join(errs...)
-}
-
-func builtinNames() string {
-	var names []string
-	for _, b := range policies.Builtins() {
-		names = append(names, b.Name)
-	}
-	return strings.Join(names, ", ")
 }
 
 func (p *Plugins) pluginNames() string {

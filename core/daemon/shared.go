@@ -3,12 +3,14 @@ package daemon
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 
 	"github.com/allot-ipam/allot/core/agent"
 	"github.com/allot-ipam/allot/core/api"
 	"github.com/allot-ipam/allot/core/config"
+	"github.com/allot-ipam/allot/core/registry"
 	"github.com/allot-ipam/allot/core/sharedpool"
 	"github.com/allot-ipam/allot/sdk/policy"
 )
@@ -17,24 +19,29 @@ import (
 // go to the agent's shared-pool allocator, all others to the node's ipam.Manager.
 
 // sharedOptions returns the agent's shared-pool options, nil when no network is shared.
-func sharedOptions(cfg *config.Config, plugins *Plugins) *agent.SharedOptions {
+func sharedOptions(cfg *config.Config, builtins *registry.Registry, plugins *Plugins) (*agent.SharedOptions, error) {
 	if len(cfg.Cluster.SharedPools.Networks) == 0 {
-		return nil
+		return nil, nil
+	}
+	name := builtins.Roles.SharedPolicy
+	def, err := builtins.NewPolicy(name, cfg.Policy.Config[name])
+	if err != nil {
+		return nil, fmt.Errorf("policy.config.%s: %w", name, err)
 	}
 	kv := cfg.Cluster.SharedPools.KubevirtStaticIP
 	return &agent.SharedOptions{
 		// A network with its own chain in policy.networks uses it; the others get the
-		// allocator's default, spiderpool-priority (the agent's default chain,
-		// cilium-annotations, knows nothing of shared pools).
+		// registry's shared policy, spiderpool-priority for allotd (the agent's default
+		// chain, cilium-annotations, knows nothing of shared pools).
 		Policy: func(network string) policy.PoolPolicy {
 			if _, ok := cfg.Policy.Networks[network]; ok {
 				return plugins.PolicyFor(network)
 			}
-			return nil
+			return def
 		},
 		PolicyTimeout:   cfg.Policy.Timeout,
 		DisableKubeVirt: kv != nil && !*kv,
-	}
+	}, nil
 }
 
 // sharedRouter is the api.Service of an agent with shared pools.

@@ -21,6 +21,7 @@ import (
 	allotv1 "github.com/allot-ipam/allot/core/k8s/apis/allot/v1alpha1"
 	"github.com/allot-ipam/allot/core/operator"
 	"github.com/allot-ipam/allot/internal/testenv"
+	nodelabels "github.com/allot-ipam/allot/plugins/policy/nodelabels"
 	"github.com/allot-ipam/allot/test/k8senv"
 )
 
@@ -140,7 +141,7 @@ func benchConverge(b *testing.B, ccc, cold bool) {
 			done <- operator.Run(opctx, operator.Options{
 				RESTConfig: cfg, Identity: "bench", Registry: prometheus.NewRegistry(),
 				Logger:            testLoggerB(),
-				ClusterCIDRConfig: ccc, DisableMultiPool: ccc,
+				ClusterCIDRConfig: ccc, DisableMultiPool: ccc, NodePolicy: nodelabels.New(),
 				LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 500 * time.Millisecond,
 				OnLeader: func() { leader <- struct{}{} },
 			})

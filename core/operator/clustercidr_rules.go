@@ -14,7 +14,6 @@ import (
 	"github.com/allot-ipam/allot/core/blockalloc"
 	allotk8s "github.com/allot-ipam/allot/core/k8s"
 	allotv1 "github.com/allot-ipam/allot/core/k8s/apis/allot/v1alpha1"
-	nodelabels "github.com/allot-ipam/allot/plugins/policy/nodelabels"
 	"github.com/allot-ipam/allot/sdk/policy"
 )
 
@@ -56,7 +55,7 @@ func parseConfigSpec(c *allotv1.ClusterCIDRConfig, clusterPodCIDRs []netip.Prefi
 	if err != nil {
 		return nil, verdict{allotv1.ReasonInvalid, strings.TrimPrefix(err.Error(), fmt.Sprintf("ClusterCIDRConfig %q: ", c.Name))}
 	}
-	if err := nodelabels.ValidateConfig(&v); err != nil {
+	if err := v.Validate(); err != nil {
 		return nil, verdict{allotv1.ReasonInvalid, "spec." + err.Error()}
 	}
 	out := &cccParsed{view: v}

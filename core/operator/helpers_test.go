@@ -23,6 +23,7 @@ import (
 
 	allotv1 "github.com/allot-ipam/allot/core/k8s/apis/allot/v1alpha1"
 	"github.com/allot-ipam/allot/core/operator"
+	nodelabels "github.com/allot-ipam/allot/plugins/policy/nodelabels"
 	"github.com/allot-ipam/allot/test/k8senv"
 )
 
@@ -77,6 +78,9 @@ func (h *harness) run(id string, mod func(*operator.Options)) *replica {
 		RetryPeriod:   200 * time.Millisecond,
 		StatusDelay:   100 * time.Millisecond,
 		OnLeader:      func() { r.leader <- struct{}{} },
+		// The real policy: these tests check Google Distributed Cloud's assignment rules
+		// end to end. Test files may import plugins (ARCHITECTURE.md, "Dependency rules").
+		NodePolicy: nodelabels.New(),
 	}
 	if mod != nil {
 		mod(&opts)

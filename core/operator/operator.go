@@ -51,7 +51,6 @@ import (
 	"github.com/allot-ipam/allot/core/eni"
 	allotk8s "github.com/allot-ipam/allot/core/k8s"
 	allotv1 "github.com/allot-ipam/allot/core/k8s/apis/allot/v1alpha1"
-	nodelabels "github.com/allot-ipam/allot/plugins/policy/nodelabels"
 	"github.com/allot-ipam/allot/sdk/policy"
 )
 
@@ -97,7 +96,9 @@ type Options struct {
 	// Cloud's clusterNetwork.pods.cidrBlocks): a ClusterCIDRConfig CIDR of a family listed here
 	// must lie inside one of these, or the config serves no node (webhook and Ready condition).
 	ClusterPodCIDRs []netip.Prefix
-	// NodePolicy chooses a node's ClusterCIDRConfig (default: the node-labels policy).
+	// NodePolicy chooses a node's ClusterCIDRConfig; required with ClusterCIDRConfig. The
+	// operator knows no policy by name: the composition root (cmd/allotd through
+	// core/daemon) passes the built-in node-labels policy.
 	NodePolicy policy.PoolPolicy
 	// ENI, if set, turns on ENI mode: the ENI engine hands cloud addresses to AllotNodes
 	// (eni.go).
@@ -141,8 +142,8 @@ func (o *Options) defaults() error {
 	if o.Registry == nil {
 		o.Registry = prometheus.NewRegistry()
 	}
-	if o.NodePolicy == nil {
-		o.NodePolicy = nodelabels.New()
+	if o.ClusterCIDRConfig && o.NodePolicy == nil {
+		return errors.New("operator: NodePolicy: must be set with ClusterCIDRConfig")
 	}
 	if o.LeaseDuration == 0 {
 		o.LeaseDuration = DefaultLeaseDuration

@@ -13,7 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	spiderpool "github.com/allot-ipam/allot/plugins/policy/spiderpoolpriority"
+	spiderpool "github.com/allot-ipam/allot/internal/spiderpoolanno"
 	"github.com/allot-ipam/allot/sdk/policy"
 )
 

@@ -14,7 +14,6 @@ import (
 	"github.com/allot-ipam/allot/core/api"
 	"github.com/allot-ipam/allot/core/k8s"
 	"github.com/allot-ipam/allot/core/k8s/apis/allot/v1alpha1"
-	spiderpoolpriority "github.com/allot-ipam/allot/plugins/policy/spiderpoolpriority"
 	"github.com/allot-ipam/allot/sdk/policy"
 	"github.com/prometheus/client_golang/prometheus"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -31,8 +30,9 @@ type Options struct {
 	// Client is an uncached client: every write, and reads that must be current (the pod's
 	// AllotEndpoint, a claim whose resourceVersion went stale).
 	Client client.Client
-	// Policy returns the pool policy of a CNI network; nil, or nil for a network, means
-	// spiderpool-priority.
+	// Policy returns the pool policy of a CNI network (required, non-nil for every network).
+	// The allocator knows no policy by name: the daemon passes each network's chain, or the
+	// built-in spiderpool-priority policy it got from the composition root (cmd/allotd).
 	Policy func(network string) policy.PoolPolicy
 	// PolicyTimeout bounds one policy decision (default 2 s).
 	PolicyTimeout time.Duration
@@ -64,7 +64,6 @@ type Allocator struct {
 	log  *slog.Logger
 	idx  *Index
 	m    *metrics
-	def  policy.PoolPolicy
 
 	mu       sync.Mutex
 	inflight map[string]chan struct{} // per pod (namespace/name)
@@ -89,6 +88,9 @@ func New(opts Options) (*Allocator, error) {
 	if opts.Client == nil {
 		return nil, errors.New("sharedpool: Options.Client: must not be nil")
 	}
+	if opts.Policy == nil {
+		return nil, errors.New("sharedpool: Options.Policy: must not be nil")
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
@@ -106,7 +108,6 @@ func New(opts Options) (*Allocator, error) {
 		log:      opts.Logger,
 		idx:      NewIndex(opts.Logger, opts.Now),
 		m:        newMetrics(opts.Registerer),
-		def:      spiderpoolpriority.New(),
 		inflight: map[string]chan struct{}{},
 	}, nil
 }
@@ -682,11 +683,9 @@ func (a *Allocator) claimPlan(ctx context.Context, w *want, plan []famPlan) ([]*
 
 // decide asks the network's policy for candidate pools.
 func (a *Allocator) decide(ctx context.Context, w *want, preq *policy.PodRequest, blocked map[string]string) (policy.PodDecision, error) {
-	pol := a.def
-	if a.opts.Policy != nil {
-		if p := a.opts.Policy(w.req.Network); p != nil {
-			pol = p
-		}
+	pol := a.opts.Policy(w.req.Network)
+	if pol == nil {
+		return policy.PodDecision{}, fmt.Errorf("network %q has no pool policy", w.req.Network)
 	}
 	pctx, cancel := context.WithTimeout(ctx, a.opts.PolicyTimeout)
 	defer cancel()

@@ -15,7 +15,7 @@
 //	a, err := sharedpool.New(sharedpool.Options{
 //		Node:       "node-1",          // this node
 //		Client:     liveClient,        // controller-runtime client.Client, uncached: writes and current reads
-//		Policy:     policyFor,         // func(network string) policy.PoolPolicy; nil = spiderpool-priority
+//		Policy:     policyFor,         // func(network string) policy.PoolPolicy, required
 //		PodContext: agent.PodContext,  // fills pod labels/annotations/owner, namespace, node labels
 //		Registerer: reg,               // prometheus (nil: not registered)
 //	})

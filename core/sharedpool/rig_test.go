@@ -16,6 +16,7 @@ import (
 	"github.com/allot-ipam/allot/core/k8s"
 	"github.com/allot-ipam/allot/core/k8s/apis/allot/v1alpha1"
 	"github.com/allot-ipam/allot/internal/testenv"
+	spiderpoolpriority "github.com/allot-ipam/allot/plugins/policy/spiderpoolpriority"
 	"github.com/allot-ipam/allot/sdk/policy"
 	"github.com/allot-ipam/allot/test/k8senv"
 	"github.com/go-logr/logr"
@@ -90,8 +91,10 @@ func (cl *cluster) node(name string, hook func(context.Context, *v1alpha1.Addres
 	if err != nil {
 		t.Fatal(err)
 	}
+	pol := spiderpoolpriority.New() // the real policy: test files may import plugins (ARCHITECTURE.md)
 	a, err := New(Options{
 		Node: name, Client: live, Logger: testLogger().With("node", name),
+		Policy:     func(string) policy.PoolPolicy { return pol },
 		PodContext: podContext(c, live, name), AfterClaim: hook,
 	})
 	if err != nil {

@@ -30,6 +30,7 @@ import (
 	allotv1 "github.com/allot-ipam/allot/core/k8s/apis/allot/v1alpha1"
 	"github.com/allot-ipam/allot/core/operator"
 	"github.com/allot-ipam/allot/internal/testenv"
+	"github.com/allot-ipam/allot/plugins/builtin"
 	ciliumannotations "github.com/allot-ipam/allot/plugins/policy/ciliumannotations"
 	"github.com/allot-ipam/allot/test/k8senv"
 	"github.com/go-logr/logr"
@@ -120,7 +121,7 @@ func newNode(t *testing.T, name, kubeconfig string) *node {
 func (n *node) start() {
 	n.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	d, err := daemon.NewAgent(ctx, n.cfg, logger(n.name))
+	d, err := daemon.NewAgent(ctx, n.cfg, builtin.Registry(), logger(n.name))
 	if err != nil {
 		cancel()
 		n.t.Fatalf("%s: %v", n.name, err)

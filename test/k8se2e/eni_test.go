@@ -31,6 +31,7 @@ import (
 	"github.com/allot-ipam/allot/core/eni/eninode"
 	allotv1 "github.com/allot-ipam/allot/core/k8s/apis/allot/v1alpha1"
 	"github.com/allot-ipam/allot/internal/testenv"
+	"github.com/allot-ipam/allot/plugins/builtin"
 	"github.com/allot-ipam/allot/test/ec2fake"
 	"github.com/allot-ipam/allot/test/k8senv"
 )
@@ -192,7 +193,7 @@ func (e *eniEnv) startOperator(identity string) {
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	d, err := daemon.NewOperator(&c, logger(identity))
+	d, err := daemon.NewOperator(&c, builtin.Registry(), logger(identity))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/allot-ipam/allot/core/daemon"
 	allotv1 "github.com/allot-ipam/allot/core/k8s/apis/allot/v1alpha1"
 	"github.com/allot-ipam/allot/core/operator"
+	nodelabels "github.com/allot-ipam/allot/plugins/policy/nodelabels"
 	"github.com/allot-ipam/allot/test/k8senv"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -31,6 +32,9 @@ func startOperator(t *testing.T, env *k8senv.Env, opts operator.Options) (stop f
 	opts.RESTConfig, opts.Identity, opts.Logger = env.Config, "op-1", logger("operator")
 	opts.LeaseDuration, opts.RenewDeadline, opts.RetryPeriod = 4*time.Second, 3*time.Second, 500*time.Millisecond
 	opts.StatusDelay = 100 * time.Millisecond
+	if opts.NodePolicy == nil {
+		opts.NodePolicy = nodelabels.New()
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() {

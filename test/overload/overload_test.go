@@ -35,6 +35,7 @@ import (
 	"github.com/allot-ipam/allot/core/daemon"
 	"github.com/allot-ipam/allot/internal/benchutil"
 	"github.com/allot-ipam/allot/internal/testenv"
+	"github.com/allot-ipam/allot/plugins/builtin"
 )
 
 // cniTimeout is what a runtime gives allot-cni by default (ipam.timeout).
@@ -104,7 +105,7 @@ func overload(b *testing.B, name string, limits config.API, clients, requests in
 		b.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	d, err := daemon.New(ctx, &cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	d, err := daemon.New(ctx, &cfg, builtin.Registry(), slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		cancel()
 		b.Fatal(err)

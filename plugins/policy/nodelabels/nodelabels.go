@@ -7,7 +7,6 @@ package nodelabels
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -55,53 +54,8 @@ func FromConfig(cfg map[string]any) (policy.PoolPolicy, error) {
 	return New(), nil
 }
 
-// ValidateConfig checks one config: a valid node selector, at least one family, each CIDR of
-// its family with 0 < perNodeMaskSize-bits, the per-node mask inside the CIDR and the address
-// length, and for dual stack an equal number of addresses per node in both families (32 -
-// IPv4.PerNodeMaskSize == 128 - IPv6.PerNodeMaskSize). Errors name the field.
-func ValidateConfig(c *policy.CIDRConfigView) error {
-	if c.Name == "" {
-		return errors.New("name: must not be empty")
-	}
-	if err := c.NodeSelector.Validate(); err != nil {
-		return fmt.Errorf("nodeSelector: %w", err)
-	}
-	if c.IPv4 == nil && c.IPv6 == nil {
-		return errors.New("ipv4, ipv6: at least one family must be set")
-	}
-	if c.IPv4 != nil {
-		if err := validateSpec(c.IPv4, true); err != nil {
-			return fmt.Errorf("ipv4.%w", err)
-		}
-	}
-	if c.IPv6 != nil {
-		if err := validateSpec(c.IPv6, false); err != nil {
-			return fmt.Errorf("ipv6.%w", err)
-		}
-	}
-	if c.IPv4 != nil && c.IPv6 != nil && 32-c.IPv4.PerNodeMaskSize != 128-c.IPv6.PerNodeMaskSize {
-		return fmt.Errorf("ipv6.perNodeMaskSize: dual stack needs equal addresses per node: 32-%d != 128-%d",
-			c.IPv4.PerNodeMaskSize, c.IPv6.PerNodeMaskSize)
-	}
-	return nil
-}
-
-func validateSpec(s *policy.CIDRSpec, v4 bool) error {
-	if !s.CIDR.IsValid() {
-		return errors.New("cidr: must be set")
-	}
-	if s.CIDR.Addr().Is4() != v4 || s.CIDR.Addr().Is4In6() {
-		return fmt.Errorf("cidr: %s is not of this family", s.CIDR)
-	}
-	if s.CIDR.Masked() != s.CIDR {
-		return fmt.Errorf("cidr: %s has host bits set (did you mean %s?)", s.CIDR, s.CIDR.Masked())
-	}
-	if s.PerNodeMaskSize < s.CIDR.Bits() || s.PerNodeMaskSize > s.CIDR.Addr().BitLen() {
-		return fmt.Errorf("perNodeMaskSize: %d must be between the CIDR's prefix length %d and %d",
-			s.PerNodeMaskSize, s.CIDR.Bits(), s.CIDR.Addr().BitLen())
-	}
-	return nil
-}
+// ValidateConfig checks one config (policy.CIDRConfigView.Validate). Errors name the field.
+func ValidateConfig(c *policy.CIDRConfigView) error { return c.Validate() }
 
 // ranked holds the sort keys of one matching config.
 type ranked struct {
@@ -133,7 +87,7 @@ func (p *Policy) SelectNodeCIDRConfig(_ context.Context, req *policy.NodeRequest
 		if !c.NodeSelector.Matches(req.Node.Labels) {
 			continue
 		}
-		if err := ValidateConfig(c); err != nil {
+		if err := c.Validate(); err != nil {
 			invalid = append(invalid, fmt.Sprintf("%q: %v", c.Name, err))
 			continue
 		}
