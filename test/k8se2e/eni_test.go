@@ -58,6 +58,7 @@ type eniEnv struct {
 	op         *opProc
 	plugin     *config.Plugin // set: the operator's backend is this process plugin
 	pre        map[string]int // node -> pre-allocate (its own or the default 8)
+	prefixes   bool           // cluster.eni.prefixDelegation
 	mu         sync.Mutex
 }
 
@@ -68,11 +69,12 @@ type opProc struct {
 }
 
 type eniSetup struct {
-	nodes   int
-	types   []string
-	subnets []netip.Prefix // first: the nodes' eth0 subnet
-	plugin  bool           // the operator's backend is the aws-eni plugin binary (process transport)
-	free    int            // fill eth0's subnet with other instances down to this many free addresses
+	nodes    int
+	types    []string
+	subnets  []netip.Prefix // first: the nodes' eth0 subnet
+	plugin   bool           // the operator's backend is the aws-eni plugin binary (process transport)
+	free     int            // fill eth0's subnet with other instances down to this many free addresses
+	prefixes bool           // cluster.eni.prefixDelegation
 }
 
 func newENIEnv(t *testing.T, s eniSetup) *eniEnv {
@@ -87,7 +89,7 @@ func newENIEnv(t *testing.T, s eniSetup) *eniEnv {
 	}
 	e := &eniEnv{t: t, env: env, c: c, kubeconfig: writeKubeconfig(t, env.Config),
 		inst: map[string]string{}, typ: map[string]string{}, byName: map[string]*node{},
-		pods: map[string][]*corev1.Pod{}, pre: map[string]int{}}
+		pods: map[string][]*corev1.Pod{}, pre: map[string]int{}, prefixes: s.prefixes}
 	e.fake = ec2fake.New(ec2fake.Options{Seed: 5})
 	vpc := e.fake.AddVPC(ec2fake.VPC{CIDR: netip.MustParsePrefix("10.0.0.0/8")})
 	for i, p := range s.subnets {
@@ -190,6 +192,7 @@ func (e *eniEnv) startOperator(identity string) {
 		c.Cloud.Backends = map[string]map[string]any{"aws-eni": {"region": "us-east-1", "endpoint": e.url, "qps": 0, "max-backoff": "20ms"}}
 	}
 	c.Cluster.ENI = eniCluster(backend)
+	c.Cluster.ENI.PrefixDelegation = e.prefixes
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -321,13 +324,18 @@ func (e *eniEnv) scaleAll(ctx context.Context, want func(i int) int) {
 	}
 }
 
-// ec2Addrs is what EC2 (the fake) says the node's instance carries: secondary address ->
-// ENI, every ENI (first-interface-index 0).
+// ec2Addrs is what EC2 (the fake) says the node's instance carries: secondary address, or
+// address of a delegated /28, -> ENI, every ENI (first-interface-index 0).
 func (e *eniEnv) ec2Addrs(name string) map[netip.Addr]string {
 	out := map[netip.Addr]string{}
 	for _, en := range e.fake.InstanceENIs(e.inst[name]) {
 		for _, a := range en.Secondary {
 			out[a] = en.ID
+		}
+		for _, p := range en.Prefixes4 {
+			for a := p.Addr(); p.Contains(a); a = a.Next() {
+				out[a] = en.ID
+			}
 		}
 	}
 	return out
