@@ -18,7 +18,7 @@ var (
 	mdLink  = regexp.MustCompile(`\[[^\]]*\]\(([^)\s]+)[^)]*\)|(?m)^\s*\[[^\]]+\]:\s*(\S+)`)
 	codeRef = regexp.MustCompile("`([^`\\s]+)`")
 	// goIdent is a final path element naming a Go identifier: core/eni.Config, sdk/cloud.CloudBackend.
-	goIdent = regexp.MustCompile(`/([a-z0-9_]+)\.[A-Z][A-Za-z0-9_.]*$`)
+	goIdent = regexp.MustCompile(`/([a-z0-9_]+)\.[A-Z][A-Za-z0-9_.]*(\(\))?$`)
 	// topDirs are the repository's top-level folders: a backticked path starting with one
 	// of them names a file of this repository (generated ones, under bin/, are not listed).
 	topDirs = []string{"bpf/", "cmd/", "conf/", "core/", "deploy/", "hack/", "internal/", "mk/", "plugin-examples/", "plugins/", "sdk/", "test/"}
@@ -138,11 +138,11 @@ func TestMarkdownLinks(t *testing.T) {
 
 func TestLinkParsing(t *testing.T) {
 	text := "See [the ABI](sdk/ABI.md#memory), [Cilium](https://docs.cilium.io), [top](#top),\n" +
-		"[ref]: ../README.md\nand `core/api/API.md`, `core/eni/*.go`, `plugins/<name>/`, `ipam.cilium.io/ip-pool`, `hack/x.sh:12`, `sdk/cloud.CloudBackend`, `plugin-examples/bin/`."
+		"[ref]: ../README.md\nand `core/api/API.md`, `core/eni/*.go`, `plugins/<name>/`, `ipam.cilium.io/ip-pool`, `hack/x.sh:12`, `sdk/cloud.CloudBackend`, `plugins/builtin.Registry()`, `plugin-examples/bin/`."
 	if got := strings.Join(linkTargets(text), " "); got != "sdk/ABI.md ../README.md" {
 		t.Errorf("links %q", got)
 	}
-	if got := strings.Join(pathRefs(text), " "); got != "core/api/API.md hack/x.sh sdk/cloud" {
+	if got := strings.Join(pathRefs(text), " "); got != "core/api/API.md hack/x.sh sdk/cloud plugins/builtin" {
 		t.Errorf("paths %q", got)
 	}
 }
