@@ -277,7 +277,8 @@ func runTerm(ctx context.Context, o *Options, m *metrics, log *slog.Logger) erro
 	return mgr.Start(ctx)
 }
 
-// operator is one term's controllers and state.
+// operator is one term: the state its reconcilers share (blocks, dirty sets, status batching)
+// and the reconcilers it registers with the manager (setup), one per resource.
 type operator struct {
 	opts     *Options
 	log      *slog.Logger
