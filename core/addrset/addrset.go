@@ -15,7 +15,8 @@ import (
 	"github.com/allot-ipam/allot/sdk/policy"
 )
 
-// Range is an inclusive range of addresses of one family (From <= To).
+// Range is an inclusive range of addresses of one family (From <= To): allot's one range
+// type, also the allocator's exclusions (allocator.Config.Exclude).
 type Range struct{ From, To netip.Addr }
 
 // String is "a" for a single address, else "a-b".
@@ -24,6 +25,11 @@ func (r Range) String() string {
 		return r.From.String()
 	}
 	return r.From.String() + "-" + r.To.String()
+}
+
+// Contains reports whether a lies in r (same family, From <= a <= To).
+func (r Range) Contains(a netip.Addr) bool {
+	return a.Is4() == r.From.Is4() && r.From.Compare(a) <= 0 && a.Compare(r.To) <= 0
 }
 
 // size is the number of addresses in r as a 128-bit count; the whole IPv6 space (2^128)

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+
+	"github.com/allot-ipam/allot/core/internal/addrmath"
 )
 
 // CIDRStats is one CIDR's counters.
@@ -52,32 +54,32 @@ func (p *Pool) AddCIDRWithGateway(c netip.Prefix, gw netip.Addr) error {
 	}
 	var ns span
 	excl := initSpan(&ns, c, p.is4)
-	first, last := fromAddr(c.Addr()), lastOf(c)
+	first, last := addrmath.FromAddr(c.Addr()), addrmath.FromAddr(addrmath.LastOf(c))
 	for _, r := range p.excludes {
 		if r.From.Is4() == p.is4 {
-			if iv, ok := clip(fromAddr(r.From), fromAddr(r.To), first, last, ns.last); ok {
+			if iv, ok := clip(addrmath.FromAddr(r.From), addrmath.FromAddr(r.To), first, last, ns.last); ok {
 				excl = append(excl, iv)
 			}
 		}
 	}
 	if g := p.gateway; g.IsValid() && c.Contains(g) {
-		u := fromAddr(g)
-		if d := u.sub(first); d.hi == 0 && d.lo <= ns.last && !(ns.ends && (d.lo == 0 || d.lo == ns.last)) {
-			excl = append(excl, interval{d.lo, d.lo})
+		u := addrmath.FromAddr(g)
+		if d := u.Sub(first); d.Hi == 0 && d.Lo <= ns.last && !(ns.ends && (d.Lo == 0 || d.Lo == ns.last)) {
+			excl = append(excl, interval{d.Lo, d.Lo})
 		}
 	}
 	if gw.IsValid() {
-		d := fromAddr(gw).sub(first)
+		d := addrmath.FromAddr(gw).Sub(first)
 		switch {
 		case gw.Is4() != p.is4 || !c.Contains(gw):
 			return errf("add CIDR %s: gateway %s is not inside it", c, gw)
-		case d.hi != 0 || d.lo > ns.last:
+		case d.Hi != 0 || d.Lo > ns.last:
 			return errf("add CIDR %s: gateway %s is beyond the first 2^64 addresses", c, gw)
-		case (ns.ends || ns.anycast) && d.lo == 0, ns.ends && d.lo == ns.last:
+		case (ns.ends || ns.anycast) && d.Lo == 0, ns.ends && d.Lo == ns.last:
 			return errf("add CIDR %s: gateway %s is its network, broadcast or anycast address", c, gw)
 		}
 		ns.gw = gw
-		excl = append(excl, interval{d.lo, d.lo})
+		excl = append(excl, interval{d.Lo, d.Lo})
 	}
 	ns.finish(excl)
 	p.insertSpan(ns, first)
@@ -96,7 +98,7 @@ func (p *Pool) checkNewCIDR(c netip.Prefix, errf func(string, ...any) error) err
 	case c.Addr().Is4In6():
 		return errf("add CIDR %s: IPv4-mapped IPv6 prefixes are not supported; use the IPv4 form", c)
 	case c.Addr().Is4() != p.is4:
-		return errf("add CIDR %s: not of the pool's family (IPv%d)", c, p.Family())
+		return errf("add CIDR %s: not of the pool's family (%s)", c, p.Family().Label())
 	}
 	for i := range p.spans {
 		if o := p.spans[i].prefix; o.Overlaps(c) {
@@ -112,31 +114,31 @@ func (p *Pool) checkNewCIDR(c netip.Prefix, errf func(string, ...any) error) err
 // clip returns the part of the range from-to inside the span first-last, as offsets from
 // first capped at spanLast (the span's last offset); false when nothing of it is in the
 // span's first 2^64 addresses.
-func clip(from, to, first, last u128, spanLast uint64) (interval, bool) {
-	if to.cmp(first) < 0 || from.cmp(last) > 0 {
+func clip(from, to, first, last addrmath.U128, spanLast uint64) (interval, bool) {
+	if to.Cmp(first) < 0 || from.Cmp(last) > 0 {
 		return interval{}, false
 	}
-	if from.cmp(first) < 0 {
+	if from.Cmp(first) < 0 {
 		from = first
 	}
-	if to.cmp(last) > 0 {
+	if to.Cmp(last) > 0 {
 		to = last
 	}
-	lo, hi := from.sub(first), to.sub(first)
-	if lo.hi != 0 || lo.lo > spanLast { // beyond the first 2^64: nothing to exclude
+	lo, hi := from.Sub(first), to.Sub(first)
+	if lo.Hi != 0 || lo.Lo > spanLast { // beyond the first 2^64: nothing to exclude
 		return interval{}, false
 	}
 	h := spanLast
-	if hi.hi == 0 && hi.lo < h {
-		h = hi.lo
+	if hi.Hi == 0 && hi.Lo < h {
+		h = hi.Lo
 	}
-	return interval{lo.lo, h}, true
+	return interval{lo.Lo, h}, true
 }
 
 // insertSpan puts ns, starting at first, in address order and keeps the cursors on the
 // spans they were on.
-func (p *Pool) insertSpan(ns span, first u128) {
-	i, _ := slices.BinarySearchFunc(p.spans, first, func(s span, u u128) int { return s.base.cmp(u) })
+func (p *Pool) insertSpan(ns span, first addrmath.U128) {
+	i, _ := slices.BinarySearchFunc(p.spans, first, func(s span, u addrmath.U128) int { return s.base.Cmp(u) })
 	p.spans = slices.Insert(p.spans, i, ns)
 	// Span indices at or after i moved up by one.
 	if len(p.spans) > 1 && p.curSpan >= i {

@@ -9,10 +9,12 @@ import (
 	"testing"
 
 	"pgregory.net/rapid"
+
+	"github.com/allot-ipam/allot/sdk/policy"
 )
 
 func TestEmptyPool(t *testing.T) {
-	p := mustNew(t, Config{Family: 4})
+	p := mustNew(t, Config{Family: policy.IPv4})
 	check(t, p)
 	if _, err := p.AllocateNext(); !errors.Is(err, ErrExhausted) {
 		t.Fatalf("AllocateNext on empty pool: %v", err)
@@ -38,10 +40,10 @@ func TestNewFamily(t *testing.T) {
 		cfg  Config
 		want string
 	}{
-		{Config{Name: "a", Family: 5}, "Family: 5 is not 4 or 6"},
+		{Config{Name: "a", Family: "5"}, `Family: "5" is not "ipv4" or "ipv6"`},
 		{Config{Name: "a"}, "CIDRs: at least one CIDR is required"},
-		{Config{Name: "a", Family: 6, CIDRs: pfx("10.0.0.0/24")}, "Family: 6 does not match"},
-		{Config{Name: "a", Family: 4, Gateway: netip.MustParseAddr("10.0.0.1")}, "a pool without CIDRs"},
+		{Config{Name: "a", Family: policy.IPv6, CIDRs: pfx("10.0.0.0/24")}, "Family: ipv6 does not match"},
+		{Config{Name: "a", Family: policy.IPv4, Gateway: netip.MustParseAddr("10.0.0.1")}, "a pool without CIDRs"},
 	} {
 		_, err := New(tc.cfg)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -107,7 +109,7 @@ func TestAddCIDRKeepsOrderAndExclusions(t *testing.T) {
 
 func TestAddCIDRExclusionReachesIntoNewCIDR(t *testing.T) {
 	// An exclusion of the configuration covers part of a block that arrives later.
-	p := mustNew(t, Config{Family: 6})
+	p := mustNew(t, Config{Family: policy.IPv6})
 	if err := p.AddCIDR(netip.MustParsePrefix("fd00::/125")); err != nil {
 		t.Fatal(err)
 	}
@@ -212,7 +214,7 @@ func TestPropertyDynamic(t *testing.T) {
 		blocks = append(blocks, netip.MustParsePrefix(fmt.Sprintf("10.0.0.%d/29", i*8)))
 	}
 	rapid.Check(t, func(t *rapid.T) {
-		p, err := New(Config{Name: "dyn", Family: 4})
+		p, err := New(Config{Name: "dyn", Family: policy.IPv4})
 		if err != nil {
 			t.Fatal(err)
 		}

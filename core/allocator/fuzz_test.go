@@ -4,6 +4,9 @@ import (
 	"errors"
 	"net/netip"
 	"testing"
+
+	"github.com/allot-ipam/allot/core/addrset"
+	"github.com/allot-ipam/allot/core/internal/addrmath"
 )
 
 // FuzzAllocator: the first 4 bytes pick a small pool (family, size,
@@ -27,13 +30,13 @@ func FuzzAllocator(f *testing.F) {
 			pf = netip.PrefixFrom(netip.MustParseAddr("10.0.0.0"), 32-hb)
 		}
 		size := uint64(1) << hb
-		base := fromAddr(pf.Addr())
-		at := func(off uint64) netip.Addr { return base.add64(off % size).addr(!v6) }
+		base := addrmath.FromAddr(pf.Addr())
+		at := func(off uint64) netip.Addr { return base.Add64(off % size).Addr(!v6) }
 		cfg := Config{Name: "fuzz", CIDRs: []netip.Prefix{pf}}
 		if data[1] != 0 || data[2] != 0 {
 			lo, hi := uint64(data[1])<<5, uint64(data[1])<<5+uint64(data[2])<<3
 			lo, hi = min(lo, size-1), min(hi, size-1)
-			cfg.Exclude = []Range{{at(lo), at(hi)}}
+			cfg.Exclude = []addrset.Range{{From: at(lo), To: at(hi)}}
 		}
 		// The gateway is the first address New accepts: offset 0 is the network address (IPv4)
 		// or the subnet-router anycast address (IPv6) unless the prefix is a /31, /32, /127

@@ -4,6 +4,8 @@ import (
 	"net/netip"
 	"runtime"
 	"testing"
+
+	"github.com/allot-ipam/allot/core/internal/addrmath"
 )
 
 func heapInUse() uint64 {
@@ -50,10 +52,10 @@ func TestMemoryV6Slash64(t *testing.T) {
 // releasing them frees the chunks again.
 func TestMemoryScatteredReleased(t *testing.T) {
 	p := mustNew(t, Config{CIDRs: pfx("2001:db8::/64")})
-	base := fromAddr(netip.MustParseAddr("2001:db8::"))
+	base := addrmath.FromAddr(netip.MustParseAddr("2001:db8::"))
 	var held []netip.Addr
 	for i := range uint64(1000) {
-		a := base.add64(i*0x9e3779b97f4a7c15 + 1).addr(false) // spread over the /64, skipping the anycast address
+		a := base.Add64(i*0x9e3779b97f4a7c15 + 1).Addr(false) // spread over the /64, skipping the anycast address
 		if err := p.Allocate(a); err != nil {
 			t.Fatal(err)
 		}

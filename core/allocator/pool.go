@@ -5,6 +5,10 @@ import (
 	"math/bits"
 	"net/netip"
 	"slices"
+
+	"github.com/allot-ipam/allot/core/addrset"
+	"github.com/allot-ipam/allot/core/internal/addrmath"
+	"github.com/allot-ipam/allot/sdk/policy"
 )
 
 // Config describes one pool.
@@ -17,14 +21,15 @@ type Config struct {
 	// Exclude lists addresses that are never handed out. Each range must lie
 	// inside the pool's CIDRs (it may cross from one CIDR into an adjacent
 	// one). Overlapping ranges are allowed and merged.
-	Exclude []Range
+	Exclude []addrset.Range
 	// Gateway, if set, is never handed out. It must be inside a CIDR and may
 	// not be an IPv4 network or broadcast address.
 	Gateway netip.Addr
-	// Family (4 or 6) lets a pool start with no CIDR at all: CIDRs are then
-	// added and removed at run time (AddCIDR, RemoveCIDR), as a node's blocks
-	// arrive and leave. With CIDRs given it is optional and must match them.
-	Family int
+	// Family (policy.IPv4 or policy.IPv6) lets a pool start with no CIDR at
+	// all: CIDRs are then added and removed at run time (AddCIDR, RemoveCIDR),
+	// as a node's blocks arrive and leave. With CIDRs given it is optional and
+	// must match them.
+	Family policy.Family
 }
 
 // Stats is a snapshot of a pool's counters.
@@ -53,7 +58,7 @@ const maxSpare = 4 // recycled chunks kept to make materialization allocation-fr
 // span is one CIDR as a run of uint64 offsets from its first address.
 type span struct {
 	prefix    netip.Prefix
-	base      u128
+	base      addrmath.U128
 	last      uint64     // last usable offset: 2^hostbits-1, capped at 2^64-1
 	lastChunk uint64     // last >> chunkShift
 	ends      bool       // IPv4 <= /30: offsets 0 and last are network and broadcast
@@ -76,7 +81,7 @@ type Pool struct {
 	spans    []span // sorted by base address
 	usable   uint64
 	used     uint64
-	excludes []Range // as configured, for error messages
+	excludes []addrset.Range // as configured, for error messages
 	gateway  netip.Addr
 
 	// next-fit cursor: the search for AllocateNext starts here.
@@ -100,19 +105,17 @@ func New(cfg Config) (*Pool, error) {
 	errf := func(format string, args ...any) error {
 		return fmt.Errorf("allocator: pool %q: "+format, append([]any{cfg.Name}, args...)...)
 	}
-	switch cfg.Family {
-	case 0, 4, 6:
-	default:
-		return nil, errf("Family: %d is not 4 or 6", cfg.Family)
+	if cfg.Family != "" && !cfg.Family.Valid() {
+		return nil, errf("Family: %q is not %q or %q", cfg.Family, policy.IPv4, policy.IPv6)
 	}
 	if len(cfg.CIDRs) == 0 {
-		if cfg.Family == 0 {
+		if cfg.Family == "" {
 			return nil, errf("CIDRs: at least one CIDR is required (or set Family for a pool whose CIDRs come at run time)")
 		}
 		if len(cfg.Exclude) > 0 || cfg.Gateway.IsValid() {
 			return nil, errf("Exclude/Gateway: a pool without CIDRs can have neither")
 		}
-		return &Pool{name: cfg.Name, is4: cfg.Family == 4}, nil
+		return &Pool{name: cfg.Name, is4: cfg.Family == policy.IPv4}, nil
 	}
 	is4, err := checkCIDRs(cfg, errf)
 	if err != nil {
@@ -148,8 +151,8 @@ func New(cfg Config) (*Pool, error) {
 // returns whether the pool is IPv4.
 func checkCIDRs(cfg Config, errf func(string, ...any) error) (bool, error) {
 	is4 := cfg.CIDRs[0].Addr().Is4()
-	if cfg.Family != 0 && is4 != (cfg.Family == 4) {
-		return false, errf("Family: %d does not match CIDRs[0] %s", cfg.Family, cfg.CIDRs[0])
+	if cfg.Family != "" && is4 != (cfg.Family == policy.IPv4) {
+		return false, errf("Family: %s does not match CIDRs[0] %s", cfg.Family, cfg.CIDRs[0])
 	}
 	for i, c := range cfg.CIDRs {
 		switch {
@@ -173,22 +176,22 @@ func checkCIDRs(cfg Config, errf func(string, ...any) error) (bool, error) {
 
 // exclude adds Exclude[i] (r) to the exclusions of the spans it covers; every address of it
 // must be inside some CIDR.
-func (p *Pool) exclude(excl [][]interval, i int, r Range, errf func(string, ...any) error) error {
-	if err := r.validate(); err != nil {
+func (p *Pool) exclude(excl [][]interval, i int, r addrset.Range, errf func(string, ...any) error) error {
+	if err := validateRange(r); err != nil {
 		return errf("Exclude[%d]: %v", i, err)
 	}
 	if r.From.Is4() != p.is4 {
-		return errf("Exclude[%d] %s: family differs from the pool's (IPv%d)", i, r, p.Family())
+		return errf("Exclude[%d] %s: family differs from the pool's (%s)", i, r, p.Family().Label())
 	}
-	cur, to := fromAddr(r.From), fromAddr(r.To)
+	cur, to := addrmath.FromAddr(r.From), addrmath.FromAddr(r.To)
 	for {
 		si := p.spanOf(cur)
 		if si < 0 {
-			return errf("Exclude[%d] %s: %s is not inside any CIDR of the pool", i, r, cur.addr(p.is4))
+			return errf("Exclude[%d] %s: %s is not inside any CIDR of the pool", i, r, cur.Addr(p.is4))
 		}
 		s := &p.spans[si]
-		end := lastOf(s.prefix)
-		if to.cmp(end) < 0 {
+		end := addrmath.FromAddr(addrmath.LastOf(s.prefix))
+		if to.Cmp(end) < 0 {
 			end = to
 		}
 		if iv, ok := clip(cur, end, s.base, end, s.last); ok {
@@ -197,7 +200,7 @@ func (p *Pool) exclude(excl [][]interval, i int, r Range, errf func(string, ...a
 		if end == to {
 			return nil
 		}
-		cur = end.add64(1)
+		cur = end.Add64(1)
 	}
 }
 
@@ -205,22 +208,22 @@ func (p *Pool) exclude(excl [][]interval, i int, r Range, errf func(string, ...a
 // span reserves already (network, broadcast, subnet-router anycast).
 func (p *Pool) excludeGateway(excl [][]interval, g netip.Addr, errf func(string, ...any) error) error {
 	if g.Zone() != "" || g.Is4() != p.is4 {
-		return errf("Gateway %s: must be an unzoned IPv%d address", g, p.Family())
+		return errf("Gateway %s: must be an unzoned %s address", g, p.Family().Label())
 	}
-	u := fromAddr(g)
+	u := addrmath.FromAddr(g)
 	si := p.spanOf(u)
 	if si < 0 {
 		return errf("Gateway %s: not inside any CIDR of the pool", g)
 	}
 	s := &p.spans[si]
-	if d := u.sub(s.base); d.hi == 0 && d.lo <= s.last {
-		if s.ends && (d.lo == 0 || d.lo == s.last) {
+	if d := u.Sub(s.base); d.Hi == 0 && d.Lo <= s.last {
+		if s.ends && (d.Lo == 0 || d.Lo == s.last) {
 			return errf("Gateway %s: is the network or broadcast address of %s", g, s.prefix)
 		}
-		if s.anycast && d.lo == 0 {
+		if s.anycast && d.Lo == 0 {
 			return errf("Gateway %s: is the subnet-router anycast address of %s", g, s.prefix)
 		}
-		excl[si] = append(excl[si], interval{d.lo, d.lo})
+		excl[si] = append(excl[si], interval{d.Lo, d.Lo})
 	}
 	return nil
 }
@@ -231,8 +234,8 @@ func initSpan(s *span, pf netip.Prefix, is4 bool) []interval {
 	var excl []interval
 	hostBits := pf.Addr().BitLen() - pf.Bits()
 	s.prefix = pf
-	s.base = fromAddr(pf.Addr())
-	s.last = hostMask(min(hostBits, 64)).lo
+	s.base = addrmath.FromAddr(pf.Addr())
+	s.last = addrmath.HostMask(min(hostBits, 64)).Lo
 	s.lastChunk = s.last >> chunkShift
 	if is4 && hostBits >= 2 {
 		s.ends = true
@@ -250,11 +253,11 @@ func initSpan(s *span, pf netip.Prefix, is4 bool) []interval {
 // finish merges the span's exclusions and counts its usable addresses.
 func (s *span) finish(excl []interval) {
 	s.excl = mergeIntervals(excl)
-	n := u128{0, s.last}.add64(1)
+	n := addrmath.U128{Lo: s.last}.Add64(1)
 	for _, iv := range s.excl {
-		n = n.sub(u128{0, iv.hi - iv.lo}.add64(1))
+		n = n.Sub(addrmath.U128{Lo: iv.hi - iv.lo}.Add64(1))
 	}
-	s.usable = sat64(n)
+	s.usable = n.Sat64()
 }
 
 // recount sets the pool's usable and used counters from its spans (saturating).
@@ -273,20 +276,20 @@ func (p *Pool) recount() {
 
 // spanOf returns the index of the span whose whole prefix contains u, or -1.
 // (Unlike find, it accepts addresses beyond the first 2^64 of a prefix.)
-func (p *Pool) spanOf(u u128) int {
+func (p *Pool) spanOf(u addrmath.U128) int {
 	i := p.spanBefore(u)
-	if i < 0 || lastOf(p.spans[i].prefix).cmp(u) < 0 {
+	if i < 0 || addrmath.FromAddr(addrmath.LastOf(p.spans[i].prefix)).Cmp(u) < 0 {
 		return -1
 	}
 	return i
 }
 
 // spanBefore returns the index of the last span with base <= u, or -1.
-func (p *Pool) spanBefore(u u128) int {
+func (p *Pool) spanBefore(u addrmath.U128) int {
 	lo, hi := 0, len(p.spans)
 	for lo < hi {
 		m := int(uint(lo+hi) >> 1)
-		if p.spans[m].base.cmp(u) <= 0 {
+		if p.spans[m].base.Cmp(u) <= 0 {
 			lo = m + 1
 		} else {
 			hi = m
@@ -302,27 +305,27 @@ func (p *Pool) find(a netip.Addr) (si int, off uint64, ok bool) {
 	if !a.IsValid() || a.Is4() != p.is4 || a.Zone() != "" {
 		return 0, 0, false
 	}
-	u := fromAddr(a)
+	u := addrmath.FromAddr(a)
 	si = p.spanBefore(u)
 	if si < 0 {
 		return 0, 0, false
 	}
-	d := u.sub(p.spans[si].base)
-	if d.hi != 0 || d.lo > p.spans[si].last {
+	d := u.Sub(p.spans[si].base)
+	if d.Hi != 0 || d.Lo > p.spans[si].last {
 		return 0, 0, false
 	}
-	return si, d.lo, true
+	return si, d.Lo, true
 }
 
 // Name returns the pool's name.
 func (p *Pool) Name() string { return p.name }
 
-// Family returns 4 or 6.
-func (p *Pool) Family() int {
+// Family returns the pool's family.
+func (p *Pool) Family() policy.Family {
 	if p.is4 {
-		return 4
+		return policy.IPv4
 	}
-	return 6
+	return policy.IPv6
 }
 
 // Contains reports whether a is inside one of the pool's CIDRs (whether or
@@ -331,7 +334,7 @@ func (p *Pool) Contains(a netip.Addr) bool {
 	if !a.IsValid() || a.Is4() != p.is4 {
 		return false
 	}
-	i := p.spanBefore(fromAddr(a))
+	i := p.spanBefore(addrmath.FromAddr(a))
 	return i >= 0 && p.spans[i].prefix.Contains(a)
 }
 
@@ -358,7 +361,7 @@ func (p *Pool) AllocateNext() (netip.Addr, error) {
 				} else {
 					p.curSpan, p.curOff = si, off+1
 				}
-				return s.base.add64(off).addr(p.is4), nil
+				return s.base.Add64(off).Addr(p.is4), nil
 			}
 		}
 		si, o = (si+1)%len(p.spans), 0
@@ -557,7 +560,7 @@ func (p *Pool) ForEachAllocated(fn func(netip.Addr) bool) {
 					if j < len(s.excl) && s.excl[j].lo <= off {
 						continue
 					}
-					if !fn(s.base.add64(off).addr(p.is4)) {
+					if !fn(s.base.Add64(off).Addr(p.is4)) {
 						return
 					}
 				}
@@ -568,7 +571,7 @@ func (p *Pool) ForEachAllocated(fn func(netip.Addr) bool) {
 
 func (p *Pool) outOfRange(op string, a netip.Addr) error {
 	if a.IsValid() && a.Is4() == p.is4 && p.Contains(a) {
-		i := p.spanBefore(fromAddr(a))
+		i := p.spanBefore(addrmath.FromAddr(a))
 		return fmt.Errorf("allocator: pool %q: %s %s: beyond the first 2^64 addresses of %s, which are the only ones used: %w",
 			p.name, op, a, p.spans[i].prefix, ErrOutOfRange)
 	}

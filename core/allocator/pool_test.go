@@ -7,6 +7,10 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/allot-ipam/allot/core/addrset"
+	"github.com/allot-ipam/allot/core/internal/addrmath"
+	"github.com/allot-ipam/allot/sdk/policy"
 )
 
 func pfx(ss ...string) []netip.Prefix {
@@ -17,9 +21,9 @@ func pfx(ss ...string) []netip.Prefix {
 	return out
 }
 
-func rng(t testing.TB, ss ...string) []Range {
+func rng(t testing.TB, ss ...string) []addrset.Range {
 	t.Helper()
-	out := make([]Range, len(ss))
+	out := make([]addrset.Range, len(ss))
 	for i, s := range ss {
 		r, err := ParseRange(s)
 		if err != nil {
@@ -80,50 +84,50 @@ func TestAllocateNextTable(t *testing.T) {
 		name    string
 		cfg     Config
 		usable  uint64
-		family  int
+		family  policy.Family
 		first   []string // expected prefix of the AllocateNext sequence
 		last    string   // expected last address before exhaustion ("" = don't exhaust)
 		limit   int      // how many to draw at most
 		wantAll []string // exact full sequence, if given
 	}{
-		{name: "v4 /32", cfg: Config{CIDRs: pfx("10.0.0.7/32")}, usable: 1, family: 4, wantAll: []string{"10.0.0.7"}},
-		{name: "v4 /31", cfg: Config{CIDRs: pfx("10.0.0.6/31")}, usable: 2, family: 4, wantAll: []string{"10.0.0.6", "10.0.0.7"}},
-		{name: "v4 /30", cfg: Config{CIDRs: pfx("10.0.0.4/30")}, usable: 2, family: 4, wantAll: []string{"10.0.0.5", "10.0.0.6"}},
-		{name: "v4 /24", cfg: Config{CIDRs: pfx("10.1.2.0/24")}, usable: 254, family: 4,
+		{name: "v4 /32", cfg: Config{CIDRs: pfx("10.0.0.7/32")}, usable: 1, family: policy.IPv4, wantAll: []string{"10.0.0.7"}},
+		{name: "v4 /31", cfg: Config{CIDRs: pfx("10.0.0.6/31")}, usable: 2, family: policy.IPv4, wantAll: []string{"10.0.0.6", "10.0.0.7"}},
+		{name: "v4 /30", cfg: Config{CIDRs: pfx("10.0.0.4/30")}, usable: 2, family: policy.IPv4, wantAll: []string{"10.0.0.5", "10.0.0.6"}},
+		{name: "v4 /24", cfg: Config{CIDRs: pfx("10.1.2.0/24")}, usable: 254, family: policy.IPv4,
 			first: []string{"10.1.2.1", "10.1.2.2"}, last: "10.1.2.254", limit: 300},
-		{name: "v4 /24 gateway", cfg: Config{CIDRs: pfx("10.1.2.0/24"), Gateway: netip.MustParseAddr("10.1.2.1")}, usable: 253, family: 4,
+		{name: "v4 /24 gateway", cfg: Config{CIDRs: pfx("10.1.2.0/24"), Gateway: netip.MustParseAddr("10.1.2.1")}, usable: 253, family: policy.IPv4,
 			first: []string{"10.1.2.2", "10.1.2.3"}, last: "10.1.2.254", limit: 300},
-		{name: "v4 /31 gateway", cfg: Config{CIDRs: pfx("10.0.0.6/31"), Gateway: netip.MustParseAddr("10.0.0.6")}, usable: 1, family: 4,
+		{name: "v4 /31 gateway", cfg: Config{CIDRs: pfx("10.0.0.6/31"), Gateway: netip.MustParseAddr("10.0.0.6")}, usable: 1, family: policy.IPv4,
 			wantAll: []string{"10.0.0.7"}},
-		{name: "v6 /120", cfg: Config{CIDRs: pfx("2001:db8::/120")}, usable: 255, family: 6,
+		{name: "v6 /120", cfg: Config{CIDRs: pfx("2001:db8::/120")}, usable: 255, family: policy.IPv6,
 			first: []string{"2001:db8::1", "2001:db8::2"}, last: "2001:db8::ff", limit: 300},
-		{name: "v6 /128", cfg: Config{CIDRs: pfx("2001:db8::9/128")}, usable: 1, family: 6, wantAll: []string{"2001:db8::9"}},
-		{name: "v6 /64", cfg: Config{CIDRs: pfx("2001:db8:1:2::/64")}, usable: math.MaxUint64, family: 6,
+		{name: "v6 /128", cfg: Config{CIDRs: pfx("2001:db8::9/128")}, usable: 1, family: policy.IPv6, wantAll: []string{"2001:db8::9"}},
+		{name: "v6 /64", cfg: Config{CIDRs: pfx("2001:db8:1:2::/64")}, usable: math.MaxUint64, family: policy.IPv6,
 			first: []string{"2001:db8:1:2::1", "2001:db8:1:2::2", "2001:db8:1:2::3"}, limit: 5000},
 		{name: "v6 /64 minus one", cfg: Config{CIDRs: pfx("2001:db8::/64"), Gateway: netip.MustParseAddr("2001:db8::1")},
-			usable: math.MaxUint64 - 1, family: 6, first: []string{"2001:db8::2", "2001:db8::3"}, limit: 10},
+			usable: math.MaxUint64 - 1, family: policy.IPv6, first: []string{"2001:db8::2", "2001:db8::3"}, limit: 10},
 		{name: "v6 /64 minus two", cfg: Config{CIDRs: pfx("2001:db8::/64"), Exclude: rng(t, "2001:db8::-2001:db8::1")},
-			usable: math.MaxUint64 - 1, family: 6, first: []string{"2001:db8::2"}, limit: 10},
+			usable: math.MaxUint64 - 1, family: policy.IPv6, first: []string{"2001:db8::2"}, limit: 10},
 		{name: "two v6 /64 saturate", cfg: Config{CIDRs: pfx("2001:db8::/64", "2001:db8:0:1::/64"), Exclude: rng(t, "2001:db8::/65")},
-			usable: math.MaxUint64, family: 6, first: []string{"2001:db8::8000:0:0:0"}, limit: 10},
-		{name: "discontiguous, given out of order", cfg: Config{CIDRs: pfx("192.168.0.5/32", "10.0.1.0/31", "10.0.0.0/30")}, usable: 5, family: 4,
+			usable: math.MaxUint64, family: policy.IPv6, first: []string{"2001:db8::8000:0:0:0"}, limit: 10},
+		{name: "discontiguous, given out of order", cfg: Config{CIDRs: pfx("192.168.0.5/32", "10.0.1.0/31", "10.0.0.0/30")}, usable: 5, family: policy.IPv4,
 			wantAll: []string{"10.0.0.1", "10.0.0.2", "10.0.1.0", "10.0.1.1", "192.168.0.5"}},
-		{name: "exclude single", cfg: Config{CIDRs: pfx("10.0.0.0/29"), Exclude: rng(t, "10.0.0.2")}, usable: 5, family: 4,
+		{name: "exclude single", cfg: Config{CIDRs: pfx("10.0.0.0/29"), Exclude: rng(t, "10.0.0.2")}, usable: 5, family: policy.IPv4,
 			wantAll: []string{"10.0.0.1", "10.0.0.3", "10.0.0.4", "10.0.0.5", "10.0.0.6"}},
-		{name: "exclude range", cfg: Config{CIDRs: pfx("10.0.0.0/29"), Exclude: rng(t, "10.0.0.2-10.0.0.5")}, usable: 2, family: 4,
+		{name: "exclude range", cfg: Config{CIDRs: pfx("10.0.0.0/29"), Exclude: rng(t, "10.0.0.2-10.0.0.5")}, usable: 2, family: policy.IPv4,
 			wantAll: []string{"10.0.0.1", "10.0.0.6"}},
-		{name: "exclude CIDR", cfg: Config{CIDRs: pfx("10.0.0.0/28"), Exclude: rng(t, "10.0.0.0/29")}, usable: 7, family: 4,
+		{name: "exclude CIDR", cfg: Config{CIDRs: pfx("10.0.0.0/28"), Exclude: rng(t, "10.0.0.0/29")}, usable: 7, family: policy.IPv4,
 			wantAll: []string{"10.0.0.8", "10.0.0.9", "10.0.0.10", "10.0.0.11", "10.0.0.12", "10.0.0.13", "10.0.0.14"}},
 		{name: "exclude overlapping merged", cfg: Config{CIDRs: pfx("10.0.0.0/28"),
-			Exclude: rng(t, "10.0.0.3-10.0.0.6", "10.0.0.5-10.0.0.9", "10.0.0.10", "10.0.0.4")}, usable: 6, family: 4,
+			Exclude: rng(t, "10.0.0.3-10.0.0.6", "10.0.0.5-10.0.0.9", "10.0.0.10", "10.0.0.4")}, usable: 6, family: policy.IPv4,
 			wantAll: []string{"10.0.0.1", "10.0.0.2", "10.0.0.11", "10.0.0.12", "10.0.0.13", "10.0.0.14"}},
 		{name: "exclusion covers a whole CIDR", cfg: Config{CIDRs: pfx("10.0.0.0/30", "10.0.0.8/30"), Exclude: rng(t, "10.0.0.0/30")},
-			usable: 2, family: 4, wantAll: []string{"10.0.0.9", "10.0.0.10"}},
+			usable: 2, family: policy.IPv4, wantAll: []string{"10.0.0.9", "10.0.0.10"}},
 		{name: "exclusion crosses adjacent CIDRs", cfg: Config{CIDRs: pfx("10.0.0.0/29", "10.0.0.8/29"), Exclude: rng(t, "10.0.0.5-10.0.0.10")},
-			usable: 8, family: 4, wantAll: []string{"10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4", "10.0.0.11", "10.0.0.12", "10.0.0.13", "10.0.0.14"}},
-		{name: "everything excluded", cfg: Config{CIDRs: pfx("2001:db8::/64"), Exclude: rng(t, "2001:db8::/64")}, usable: 0, family: 6,
+			usable: 8, family: policy.IPv4, wantAll: []string{"10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4", "10.0.0.11", "10.0.0.12", "10.0.0.13", "10.0.0.14"}},
+		{name: "everything excluded", cfg: Config{CIDRs: pfx("2001:db8::/64"), Exclude: rng(t, "2001:db8::/64")}, usable: 0, family: policy.IPv6,
 			wantAll: []string{}},
-		{name: "exclusion spans chunks", cfg: Config{CIDRs: pfx("10.0.0.0/16"), Exclude: rng(t, "10.0.0.1-10.0.200.255")}, usable: 65536 - 2 - 51455, family: 4,
+		{name: "exclusion spans chunks", cfg: Config{CIDRs: pfx("10.0.0.0/16"), Exclude: rng(t, "10.0.0.1-10.0.200.255")}, usable: 65536 - 2 - 51455, family: policy.IPv4,
 			first: []string{"10.0.201.0", "10.0.201.1"}, last: "10.0.255.254", limit: 70000},
 	}
 	for _, tt := range tests {
@@ -131,7 +135,7 @@ func TestAllocateNextTable(t *testing.T) {
 			p := mustNew(t, tt.cfg)
 			check(t, p)
 			if p.Family() != tt.family {
-				t.Errorf("Family = %d, want %d", p.Family(), tt.family)
+				t.Errorf("Family = %s, want %s", p.Family(), tt.family)
 			}
 			if st := p.Stats(); st.Usable != tt.usable || st.Used != 0 || st.Free != tt.usable {
 				t.Fatalf("Stats = %+v, want usable %d", st, tt.usable)
@@ -219,9 +223,9 @@ func TestNewErrors(t *testing.T) {
 		{"exclusion across a gap", Config{Name: "p", CIDRs: pfx("10.0.0.0/30", "10.0.0.8/30"), Exclude: rng(t, "10.0.0.2-10.0.0.9")},
 			[]string{"Exclude[0]", "10.0.0.4 is not inside"}},
 		{"exclusion family", Config{Name: "p", CIDRs: v4, Exclude: rng(t, "2001:db8::1")}, []string{"Exclude[0] 2001:db8::1", "family"}},
-		{"exclusion reversed", Config{Name: "p", CIDRs: v4, Exclude: []Range{{From: netip.MustParseAddr("10.0.0.9"), To: netip.MustParseAddr("10.0.0.1")}}},
+		{"exclusion reversed", Config{Name: "p", CIDRs: v4, Exclude: []addrset.Range{{From: netip.MustParseAddr("10.0.0.9"), To: netip.MustParseAddr("10.0.0.1")}}},
 			[]string{"Exclude[0]", "From is after To"}},
-		{"exclusion zero", Config{Name: "p", CIDRs: v4, Exclude: []Range{{}}}, []string{"Exclude[0]", "must both be set"}},
+		{"exclusion zero", Config{Name: "p", CIDRs: v4, Exclude: []addrset.Range{{}}}, []string{"Exclude[0]", "must both be set"}},
 		{"gateway outside", Config{Name: "p", CIDRs: v4, Gateway: netip.MustParseAddr("10.0.1.1")}, []string{"Gateway 10.0.1.1", "not inside"}},
 		{"gateway family", Config{Name: "p", CIDRs: v4, Gateway: netip.MustParseAddr("2001:db8::1")}, []string{"Gateway 2001:db8::1"}},
 		{"gateway network", Config{Name: "p", CIDRs: v4, Gateway: netip.MustParseAddr("10.0.0.0")}, []string{"Gateway 10.0.0.0", "network or broadcast"}},
@@ -310,12 +314,12 @@ func TestHugePrefix(t *testing.T) {
 	for _, cidr := range []string{"2001:db8::/32", "::/0", "2001:db8::/63"} {
 		t.Run(cidr, func(t *testing.T) {
 			pf := netip.MustParsePrefix(cidr)
-			base := fromAddr(pf.Addr())
-			edge := base.add(u128{1, 0}) // first address beyond 2^64
-			lastUsed := base.add64(math.MaxUint64)
+			base := addrmath.FromAddr(pf.Addr())
+			edge := base.Add(addrmath.U128{Hi: 1}) // first address beyond 2^64
+			lastUsed := base.Add64(math.MaxUint64)
 			p := mustNew(t, Config{CIDRs: []netip.Prefix{pf},
 				// An exclusion straddling the 2^64 boundary is accepted and clipped.
-				Exclude: []Range{{From: lastUsed.sub(u128{0, 9}).addr(false), To: edge.add64(5).addr(false)}}})
+				Exclude: []addrset.Range{{From: lastUsed.Sub(addrmath.U128{Lo: 9}).Addr(false), To: edge.Add64(5).Addr(false)}}})
 			// 2^64 addresses, minus 10 excluded, minus the subnet-router anycast address.
 			if st := p.Stats(); st.Usable != math.MaxUint64-10 {
 				t.Fatalf("Usable = %d", st.Usable)
@@ -324,23 +328,23 @@ func TestHugePrefix(t *testing.T) {
 			if err != nil || got != pf.Addr().Next() {
 				t.Fatalf("AllocateNext = %v, %v", got, err)
 			}
-			err = p.Allocate(edge.addr(false))
+			err = p.Allocate(edge.Addr(false))
 			if !errors.Is(err, ErrOutOfRange) || !strings.Contains(err.Error(), "first 2^64") {
 				t.Fatalf("beyond 2^64: %v", err)
 			}
-			if !p.Contains(edge.addr(false)) {
+			if !p.Contains(edge.Addr(false)) {
 				t.Error("Contains beyond 2^64 should be true (inside the CIDR)")
 			}
-			if err := p.Allocate(lastUsed.addr(false)); !errors.Is(err, ErrExcluded) {
+			if err := p.Allocate(lastUsed.Addr(false)); !errors.Is(err, ErrExcluded) {
 				t.Fatalf("last used: %v", err)
 			}
-			justBefore := lastUsed.sub(u128{0, 10})
-			if err := p.Allocate(justBefore.addr(false)); err != nil {
+			justBefore := lastUsed.Sub(addrmath.U128{Lo: 10})
+			if err := p.Allocate(justBefore.Addr(false)); err != nil {
 				t.Fatal(err)
 			}
 			// Put the cursor on the very last usable offset; next-fit must wrap without overflow.
 			p.curOff = math.MaxUint64 - 10
-			if got, err := p.AllocateNext(); err != nil || got != base.add64(2).addr(false) {
+			if got, err := p.AllocateNext(); err != nil || got != base.Add64(2).Addr(false) {
 				t.Fatalf("wrapped AllocateNext = %v, %v", got, err)
 			}
 			check(t, p)

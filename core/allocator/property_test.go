@@ -8,6 +8,9 @@ import (
 	"testing"
 
 	"pgregory.net/rapid"
+
+	"github.com/allot-ipam/allot/core/addrset"
+	"github.com/allot-ipam/allot/core/internal/addrmath"
 )
 
 // model is the reference: the allocatable set is computed by brute force
@@ -21,7 +24,7 @@ type model struct {
 func newModel(cfg Config) *model {
 	m := &model{cidrs: cfg.CIDRs, usable: map[netip.Addr]bool{}, held: map[netip.Addr]bool{}}
 	for _, pf := range cfg.CIDRs {
-		first, last := pf.Addr(), lastOf(pf).addr(pf.Addr().Is4())
+		first, last := pf.Addr(), addrmath.LastOf(pf)
 		for a := first; ; a = a.Next() {
 			ok := a != cfg.Gateway
 			if (pf.Addr().Is4() && pf.Bits() <= 30 && (a == first || a == last)) || (pf.Addr().Is6() && pf.Bits() <= 126 && a == first) {
@@ -72,11 +75,11 @@ func genConfig(t *rapid.T) Config {
 	nex := rapid.IntRange(0, 4).Draw(t, "nexcl")
 	for i := range nex {
 		pf := cfg.CIDRs[rapid.IntRange(0, n-1).Draw(t, fmt.Sprintf("excl%dcidr", i))]
-		size := u128{0, 1}.add(hostMask(pf.Addr().BitLen() - pf.Bits())).lo
+		size := addrmath.U128{Lo: 1}.Add(addrmath.HostMask(pf.Addr().BitLen() - pf.Bits())).Lo
 		a := rapid.Uint64Range(0, size-1).Draw(t, fmt.Sprintf("excl%dfrom", i))
 		b := rapid.Uint64Range(a, size-1).Draw(t, fmt.Sprintf("excl%dto", i))
-		base := fromAddr(pf.Addr())
-		cfg.Exclude = append(cfg.Exclude, Range{base.add64(a).addr(!v6), base.add64(b).addr(!v6)})
+		base := addrmath.FromAddr(pf.Addr())
+		cfg.Exclude = append(cfg.Exclude, addrset.Range{From: base.Add64(a).Addr(!v6), To: base.Add64(b).Addr(!v6)})
 	}
 	if rapid.Bool().Draw(t, "gateway") {
 		pf := cfg.CIDRs[0]
@@ -96,9 +99,9 @@ func genAddr(t *rapid.T, m *model, label string) netip.Addr {
 		return rapid.SampledFrom(addrs("10.200.0.1", "2001:db8:ff::1", "::ffff:10.0.0.1", "0.0.0.0")).Draw(t, label+"outaddr")
 	}
 	pf := rapid.SampledFrom(m.cidrs).Draw(t, label+"cidr")
-	size := u128{0, 1}.add(hostMask(pf.Addr().BitLen() - pf.Bits())).lo
+	size := addrmath.U128{Lo: 1}.Add(addrmath.HostMask(pf.Addr().BitLen() - pf.Bits())).Lo
 	off := rapid.Uint64Range(0, size-1).Draw(t, label+"off")
-	return fromAddr(pf.Addr()).add64(off).addr(pf.Addr().Is4())
+	return addrmath.FromAddr(pf.Addr()).Add64(off).Addr(pf.Addr().Is4())
 }
 
 func expectErr(t *rapid.T, op string, got, want error) {

@@ -4,28 +4,13 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+
+	"github.com/allot-ipam/allot/core/addrset"
+	"github.com/allot-ipam/allot/core/internal/addrmath"
 )
 
-// Range is an inclusive address range of one family, used for exclusions.
-type Range struct {
-	From, To netip.Addr
-}
-
-// String renders "from-to", or just "from" for a single address.
-func (r Range) String() string {
-	if r.From == r.To {
-		return r.From.String()
-	}
-	return r.From.String() + "-" + r.To.String()
-}
-
-// Contains reports whether a lies in the range (same family, From <= a <= To).
-func (r Range) Contains(a netip.Addr) bool {
-	return a.Is4() == r.From.Is4() && r.From.Compare(a) <= 0 && a.Compare(r.To) <= 0
-}
-
-// validate checks a Range built by hand (ParseRange always returns valid ones).
-func (r Range) validate() error {
+// validateRange checks an exclusion built by hand (ParseRange always returns valid ones).
+func validateRange(r addrset.Range) error {
 	switch {
 	case !r.From.IsValid() || !r.To.IsValid():
 		return fmt.Errorf("range: from and to must both be set (got %q-%q)", r.From, r.To)
@@ -39,14 +24,14 @@ func (r Range) validate() error {
 	return nil
 }
 
-// ParseRange parses "10.0.0.5" (single address), "10.0.0.10-10.0.0.20"
-// (inclusive range) or "10.0.0.0/28" (a masked CIDR, which becomes its whole
-// range, network and broadcast included). Surrounding spaces are ignored.
-// Errors name the input.
-func ParseRange(s string) (Range, error) {
+// ParseRange parses an exclusion as allotd's configuration writes it: "10.0.0.5"
+// (single address), "10.0.0.10-10.0.0.20" (inclusive range) or "10.0.0.0/28" (a
+// masked CIDR, which becomes its whole range, network and broadcast included).
+// Surrounding spaces are ignored. Errors name the input.
+func ParseRange(s string) (addrset.Range, error) {
 	in := strings.TrimSpace(s)
-	fail := func(format string, args ...any) (Range, error) {
-		return Range{}, fmt.Errorf("allocator: parse range %q: %s", s, fmt.Sprintf(format, args...))
+	fail := func(format string, args ...any) (addrset.Range, error) {
+		return addrset.Range{}, fmt.Errorf("allocator: parse range %q: %s", s, fmt.Sprintf(format, args...))
 	}
 	if in == "" {
 		return fail("empty")
@@ -59,21 +44,20 @@ func ParseRange(s string) (Range, error) {
 		if p != p.Masked() {
 			return fail("CIDR has host bits set (did you mean %s?)", p.Masked())
 		}
-		l := lastOf(p)
-		return Range{From: p.Addr(), To: l.addr(p.Addr().Is4())}, nil
+		return addrset.Range{From: p.Addr(), To: addrmath.LastOf(p)}, nil
 	}
 	from, to, isRange := strings.Cut(in, "-")
 	a, err := parseAddr(from)
 	if err != nil {
 		return fail("%v", err)
 	}
-	r := Range{From: a, To: a}
+	r := addrset.Range{From: a, To: a}
 	if isRange {
 		if r.To, err = parseAddr(to); err != nil {
 			return fail("%v", err)
 		}
 	}
-	if err := r.validate(); err != nil {
+	if err := validateRange(r); err != nil {
 		return fail("%v", err)
 	}
 	return r, nil

@@ -4,6 +4,8 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+
+	"github.com/allot-ipam/allot/core/addrset"
 )
 
 func TestParseRange(t *testing.T) {
@@ -44,7 +46,7 @@ func TestParseRange(t *testing.T) {
 			if err != nil {
 				t.Fatalf("ParseRange(%q): %v", tt.in, err)
 			}
-			want := Range{netip.MustParseAddr(tt.from), netip.MustParseAddr(tt.to)}
+			want := addrset.Range{From: netip.MustParseAddr(tt.from), To: netip.MustParseAddr(tt.to)}
 			if r != want {
 				t.Fatalf("ParseRange(%q) = %v, want %v", tt.in, r, want)
 			}
@@ -65,7 +67,7 @@ func FuzzParseRange(f *testing.F) {
 			}
 			return
 		}
-		if err := r.validate(); err != nil {
+		if err := validateRange(r); err != nil {
 			t.Fatalf("ParseRange(%q) = %v: invalid: %v", s, r, err)
 		}
 		if !r.Contains(r.From) || !r.Contains(r.To) {

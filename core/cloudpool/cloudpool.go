@@ -20,6 +20,7 @@ import (
 	"net/netip"
 	"slices"
 
+	"github.com/allot-ipam/allot/core/addrset"
 	"github.com/allot-ipam/allot/core/allocator"
 	"github.com/allot-ipam/allot/sdk/cloud"
 )
@@ -225,8 +226,8 @@ func poolConfig(req Request, held []netip.Addr, subnets map[string]netip.Prefix)
 }
 
 // complement returns the ranges of p that are not in held (sorted).
-func complement(p netip.Prefix, held []netip.Addr) []allocator.Range {
-	var out []allocator.Range
+func complement(p netip.Prefix, held []netip.Addr) []addrset.Range {
+	var out []addrset.Range
 	next := p.Addr()
 	last := lastAddr(p)
 	for _, a := range held {
@@ -234,14 +235,14 @@ func complement(p netip.Prefix, held []netip.Addr) []allocator.Range {
 			continue
 		}
 		if a != next {
-			out = append(out, allocator.Range{From: next, To: a.Prev()})
+			out = append(out, addrset.Range{From: next, To: a.Prev()})
 		}
 		if a == last {
 			return out
 		}
 		next = a.Next()
 	}
-	return append(out, allocator.Range{From: next, To: last})
+	return append(out, addrset.Range{From: next, To: last})
 }
 
 func lastAddr(p netip.Prefix) netip.Addr {

@@ -150,15 +150,11 @@ func (m *Manager) ensurePoolLocked(k poolKey) (*pool, error) {
 	if p, ok := m.pools[k]; ok {
 		return p, nil
 	}
-	famNum := 4
-	if k.fam == policy.IPv6 {
-		famNum = 6
-	}
-	a, err := allocator.New(allocator.Config{Name: k.name, Family: famNum})
+	a, err := allocator.New(allocator.Config{Name: k.name, Family: k.fam})
 	if err != nil {
 		return nil, fmt.Errorf("ipam: %w", err)
 	}
-	p := &pool{alloc: a, spec: PoolSpec{Allocator: allocator.Config{Name: k.name, Family: famNum}}, family: k.fam}
+	p := &pool{alloc: a, spec: PoolSpec{Allocator: allocator.Config{Name: k.name, Family: k.fam}}, family: k.fam}
 	m.addPoolLocked(k, p)
 	m.updatePoolMetricsLocked()
 	return p, nil

@@ -59,8 +59,8 @@ type Options struct {
 	OnChange func()
 }
 
-// poolKey names a pool. A pool with both families (a cluster pool with IPv4 and IPv6 CIDRs)
-// is two pools of the same name here, one per family, as the policy contract has it.
+// poolKey names a pool. A name with both families (an IPPool with IPv4 and IPv6 CIDRs) is
+// two pools of the same name here, one per family, as the policy contract has it.
 type poolKey struct {
 	name string
 	fam  policy.Family
@@ -162,10 +162,7 @@ func New(ctx context.Context, opts Options) (*Manager, error) {
 		if err != nil {
 			return nil, fmt.Errorf("ipam: %w", err)
 		}
-		fam := policy.IPv4
-		if a.Family() == 6 {
-			fam = policy.IPv6
-		}
+		fam := a.Family()
 		if names[a.Name()] {
 			return nil, fmt.Errorf("ipam: pool %q defined twice", a.Name())
 		}

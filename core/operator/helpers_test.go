@@ -24,6 +24,7 @@ import (
 	allotv1 "github.com/allot-ipam/allot/core/k8s/apis/allot/v1alpha1"
 	"github.com/allot-ipam/allot/core/operator"
 	nodelabels "github.com/allot-ipam/allot/plugins/policy/nodelabels"
+	"github.com/allot-ipam/allot/sdk/policy"
 	"github.com/allot-ipam/allot/test/k8senv"
 )
 
@@ -198,9 +199,9 @@ func capacity(n *allotv1.AllotNode, pool string, v4 bool) int64 {
 		for _, s := range a.CIDRs {
 			p := netip.MustParsePrefix(s)
 			if p.Addr().Is4() == v4 {
-				fam := 4
+				fam := policy.IPv4
 				if !v4 {
-					fam = 6
+					fam = policy.IPv6
 				}
 				a, err := allocator.New(allocator.Config{Name: "block", Family: fam})
 				if err != nil {

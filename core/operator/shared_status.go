@@ -240,7 +240,7 @@ func decideSharedPool(pool *allotv1.SharedIPPool, pools []allotv1.SharedIPPool, 
 	want.IPv4, want.IPv6 = nil, nil
 	var exhausted, removed []string
 	for _, fam := range []policy.Family{policy.IPv4, policy.IPv6} {
-		var f *sharedpool.Family
+		var f *sharedpool.ResolvedFamily
 		if res != nil {
 			f = res.Get(fam)
 		}
@@ -292,7 +292,7 @@ func heldClaims(claims []allotv1.AddressClaim) []heldClaim {
 
 // sharedFamilyStatus counts one family: nil when the pool has no such family and no claim of
 // it. exhausted describes a full family; removed lists held addresses no longer configured.
-func sharedFamilyStatus(fam policy.Family, specified bool, f *sharedpool.Family, held []heldClaim) (
+func sharedFamilyStatus(fam policy.Family, specified bool, f *sharedpool.ResolvedFamily, held []heldClaim) (
 	fs *allotv1.SharedFamilyStatus, exhausted string, removed []string) {
 	n := 0
 	for _, h := range held {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/allot-ipam/allot/core/allocator"
 	"github.com/allot-ipam/allot/core/ipam"
+	"github.com/allot-ipam/allot/sdk/policy"
 )
 
 // TestAddrsMatchesAllocator: the operator's count of a block's usable addresses is what the
@@ -15,9 +16,9 @@ import (
 func TestAddrsMatchesAllocator(t *testing.T) {
 	for _, s := range []string{"10.0.0.0/24", "10.0.0.0/29", "10.0.0.0/30", "10.0.0.0/31", "10.0.0.1/32", "fd00::/120", "fd00::/124", "fd00::/126", "fd00::/127", "fd00::1/128"} {
 		p := netip.MustParsePrefix(s)
-		fam := 4
+		fam := policy.IPv4
 		if p.Addr().Is6() {
-			fam = 6
+			fam = policy.IPv6
 		}
 		a, err := allocator.New(allocator.Config{Name: "b", Family: fam})
 		if err != nil {

@@ -551,7 +551,7 @@ func (s *subnetCtl) free(ctx context.Context, sub *allotv1.AllotSubnet, fam poli
 }
 
 // resolveSubnet parses one family of a subnet as a pool spanning all of it would be.
-func resolveSubnet(sub *allotv1.AllotSubnet, fam policy.Family, reserved sharedpool.Reserved) (*sharedpool.Family, error) {
+func resolveSubnet(sub *allotv1.AllotSubnet, fam policy.Family, reserved sharedpool.Reserved) (*sharedpool.ResolvedFamily, error) {
 	sf := subnetFamily(sub, fam)
 	if sf == nil {
 		return nil, fmt.Errorf("AllotSubnet %s: spec.%s is not set", sub.Name, fam)

@@ -155,7 +155,7 @@ func validateSubnet(ctx context.Context, r client.Reader, obj, old *allotv1.Allo
 // (status.allocations of the stored object).
 func subnetProblems(obj, old *allotv1.AllotSubnet, others []allotv1.AllotSubnet) []string {
 	var out []string
-	mine := map[policy.Family]*sharedpool.Family{}
+	mine := map[policy.Family]*sharedpool.ResolvedFamily{}
 	for _, fam := range []policy.Family{policy.IPv4, policy.IPv6} {
 		if subnetFamily(obj, fam) == nil {
 			continue
@@ -178,7 +178,7 @@ func subnetProblems(obj, old *allotv1.AllotSubnet, others []allotv1.AllotSubnet)
 }
 
 // subnetOverlaps are the subnet's (resolved: mine) conflicts with the other subnets.
-func subnetOverlaps(obj *allotv1.AllotSubnet, mine map[policy.Family]*sharedpool.Family, others []allotv1.AllotSubnet) []string {
+func subnetOverlaps(obj *allotv1.AllotSubnet, mine map[policy.Family]*sharedpool.ResolvedFamily, others []allotv1.AllotSubnet) []string {
 	var out []string
 	sorted := slices.Clone(others)
 	slices.SortFunc(sorted, func(a, b allotv1.AllotSubnet) int { return strings.Compare(a.Name, b.Name) })
@@ -209,7 +209,7 @@ func subnetOverlaps(obj *allotv1.AllotSubnet, mine map[policy.Family]*sharedpool
 }
 
 // allocationsTakenOut: an update must keep every address the stored subnet gave to a pool.
-func allocationsTakenOut(mine map[policy.Family]*sharedpool.Family, old *allotv1.AllotSubnet) []string {
+func allocationsTakenOut(mine map[policy.Family]*sharedpool.ResolvedFamily, old *allotv1.AllotSubnet) []string {
 	var taken []string
 	for _, al := range old.Status.Allocations {
 		fam := policy.Family(al.Family)

@@ -366,7 +366,7 @@ func (x *Index) pool(name string) (poolInfo, bool) {
 
 // usedLocked returns the positions in f.Usable of the addresses of pool that are held (by
 // the informer's claims of the pool, this process's writes, or seen taken), sorted, unique.
-func (x *Index) usedLocked(pool string, f *Family) []uint64 {
+func (x *Index) usedLocked(pool string, f *ResolvedFamily) []uint64 {
 	var used []uint64
 	add := func(s string) {
 		if a, err := netip.ParseAddr(s); err == nil {
@@ -545,7 +545,7 @@ func specView(n string, p *v1alpha1.SharedIPPool, fam policy.Family, spec *v1alp
 }
 
 // usageLocked fills in v the address space of the resolved family f and its use.
-func (x *Index) usageLocked(v *policy.PoolView, f *Family, fam policy.Family) {
+func (x *Index) usageLocked(v *policy.PoolView, f *ResolvedFamily, fam policy.Family) {
 	v.CIDRs = []netip.Prefix{f.Subnet}
 	v.Total = f.Usable.Size()
 	v.Free = v.Total - uint64(len(x.usedLocked(v.Name, f)))

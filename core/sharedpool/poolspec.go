@@ -17,8 +17,9 @@ type Route struct {
 	Gw  netip.Addr // zero: the pool's gateway
 }
 
-// Family is one family of a shared pool, resolved from its spec.
-type Family struct {
+// ResolvedFamily is one family of a shared pool, resolved from its spec (v1alpha1.SharedPoolFamily
+// parsed and checked).
+type ResolvedFamily struct {
 	Family policy.Family
 	Subnet netip.Prefix
 	// Configured = spec ips minus excludeIPs: the addresses the pool claims for itself (what
@@ -35,12 +36,12 @@ type Family struct {
 // Resolved is a shared pool with its families parsed.
 type Resolved struct {
 	Name string
-	IPv4 *Family
-	IPv6 *Family
+	IPv4 *ResolvedFamily
+	IPv6 *ResolvedFamily
 }
 
 // Get returns the family fam, or nil.
-func (r *Resolved) Get(fam policy.Family) *Family {
+func (r *Resolved) Get(fam policy.Family) *ResolvedFamily {
 	if fam == policy.IPv4 {
 		return r.IPv4
 	}
@@ -99,7 +100,7 @@ func Resolve(p *v1alpha1.SharedIPPool, reserved Reserved) (*Resolved, error) {
 	return r, nil
 }
 
-func resolveFamily(field string, fam policy.Family, s *v1alpha1.SharedPoolFamily, reserved addrset.Set) (*Family, error) {
+func resolveFamily(field string, fam policy.Family, s *v1alpha1.SharedPoolFamily, reserved addrset.Set) (*ResolvedFamily, error) {
 	subnet, err := parseSubnet(field, fam, s.Subnet)
 	if err != nil {
 		return nil, err
@@ -118,7 +119,7 @@ func resolveFamily(field string, fam policy.Family, s *v1alpha1.SharedPoolFamily
 	if err != nil {
 		return nil, err
 	}
-	f := &Family{Family: fam, Subnet: subnet, Configured: ips.Subtract(excl)}
+	f := &ResolvedFamily{Family: fam, Subnet: subnet, Configured: ips.Subtract(excl)}
 	drop := reserved
 	if drop.Family() == "" {
 		drop = addrset.FromRanges(fam, nil)

@@ -30,6 +30,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/allot-ipam/allot/core/addrset"
 	"github.com/allot-ipam/allot/core/allocator"
 	"github.com/allot-ipam/allot/core/api"
 	"github.com/allot-ipam/allot/core/ipam"
@@ -198,7 +199,7 @@ func allocateAll(t testing.TB, s *store.Store, held map[netip.Addr]string, what 
 	pol := static.New()
 	m, err := ipam.New(context.Background(), ipam.Options{
 		Pools: []ipam.PoolSpec{{Allocator: allocator.Config{Name: "v4", CIDRs: []netip.Prefix{pfx}, Gateway: pfx.Addr().Next(),
-			Exclude: []allocator.Range{{From: spare, To: netip.MustParseAddr("10.77.1.254")}}}, Default: true}},
+			Exclude: []addrset.Range{{From: spare, To: netip.MustParseAddr("10.77.1.254")}}}, Default: true}},
 		Store:  s,
 		Logger: quiet,
 		Policy: func(string) policy.PoolPolicy { return pol },

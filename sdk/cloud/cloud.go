@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+
+	"github.com/allot-ipam/allot/sdk/policy"
 )
 
 // ContractVersion is the semantic version of this contract. A host refuses a backend whose
@@ -27,12 +29,13 @@ type CloudBackend interface {
 	Release(ctx context.Context, req ReleaseRequest) error
 }
 
-// Family is an IP address family.
-type Family string
+// Family is an IP address family: the pool-policy contract's type, so that a family means
+// one thing (and is one Go type) in every contract and in the core.
+type Family = policy.Family
 
 const (
-	IPv4 Family = "ipv4"
-	IPv6 Family = "ipv6"
+	IPv4 = policy.IPv4
+	IPv6 = policy.IPv6
 )
 
 // Sentinel errors a backend wraps so the operator can react to the cause.

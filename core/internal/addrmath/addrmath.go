@@ -1,6 +1,15 @@
-// Package addrmath is 128-bit arithmetic on IP addresses, shared by the packages that count,
-// index and walk address ranges. IPv4 addresses use the low 32 bits, so arithmetic never
-// crosses from one family into the other as long as callers stay inside one family.
+// Package addrmath is allot's one 128-bit integer type for IP addresses and counts of them:
+// the allocator's offsets (core/allocator), block carving (core/blockalloc) and address sets
+// (core/addrset) all use it. IPv4 addresses use the low 32 bits, so arithmetic never crosses
+// from one family into the other as long as callers stay inside one family (each of those
+// packages checks the family before converting).
+//
+// It is not go4.org/netipx, although addrset's ranges are what netipx.IPRange models: netipx
+// keeps its uint128 unexported and its IPSet cannot count or index addresses, which shared
+// pools and the allocator need; its IPRange prints a single address as "a-a" and drops zones
+// where allot writes "a" and refuses them (the forms stored in SharedIPPool and AllotSubnet
+// status). Its arithmetic (Cmp, Add64, Sub, ...) is small value methods the compiler inlines,
+// which the allocator's AllocateNext/Release path relies on (BenchmarkAllocateRelease).
 package addrmath
 
 import (
