@@ -90,16 +90,7 @@ func NewAgent(ctx context.Context, cfg *config.Config, builtins *registry.Regist
 		return nil, err
 	}
 	kick := make(chan struct{}, 1)
-	var eniHost *enihost.Controller
-	if cfg.Cluster.ENI.HostRoutingEnabled() {
-		dirs := cfg.Cluster.ENI.NetnsDirs
-		if len(dirs) == 0 {
-			dirs = enihost.DefaultNetnsDirs
-		}
-		hlog := log.With("component", "enihost")
-		eniHost = &enihost.Controller{Host: &enihost.Host{Log: hlog}, Log: hlog,
-			NetnsFiles: func() ([]string, error) { return enihost.NetnsFiles(dirs) }}
-	}
+	eniHost := newENIHost(cfg.Cluster.ENI, log)
 	if cfg.Cluster.ENI.Enabled() && restCfg.QPS == 0 {
 		// ENI mode writes status.ipam.used as pods come and go (debounced): more than
 		// client-go's default 5 requests/s when a node starts many pods at once.
@@ -109,50 +100,17 @@ func NewAgent(ctx context.Context, cfg *config.Config, builtins *registry.Regist
 	if err != nil {
 		return nil, err
 	}
-	ag, err := agent.New(agent.Options{
-		NodeName:        cfg.Cluster.NodeName,
-		RESTConfig:      restCfg,
-		PreAllocation:   cfg.Cluster.PreAllocation,
-		Debounce:        cfg.Cluster.RequestDebounce,
-		ReleaseDelay:    cfg.Cluster.ReleaseDelay,
-		ReclaimGrace:    cfg.Cluster.ReclaimGrace,
-		ReclaimInterval: cfg.Cluster.ReclaimInterval,
-		Resync:          cfg.Cluster.Resync,
-		Registerer:      d.reg,
-		Logger:          log.With("component", "agent"),
-		ENI:             agentENI(cfg.Cluster.ENI),
-		Shared:          shared,
-		PodCIDRs:        agentPodCIDRMode(cfg.Cluster),
-		Store:           d.store,
-	})
+	ag, err := agent.New(agentOptions(cfg, restCfg, d, shared, log))
 	if err != nil {
 		return nil, err
 	}
-	d.manager, err = ipam.New(ctx, ipam.Options{
-		Store:         d.store,
-		Policy:        d.plugins.PolicyFor,
-		PolicyTimeout: cfg.Policy.Timeout,
-		PluginStatus:  d.plugins.Status,
-		Metrics:       ipam.NewMetrics(d.reg),
-		Logger:        log.With("component", "ipam"),
-		Version:       Version,
-		Mode:          cfg.Mode,
-		// Multi-pool blocks carry their pods' gateway (a bridge's address); ENI
-		// addresses come as host blocks presented with their subnet's router instead.
-		Dynamic: &ipam.DynamicOptions{Node: cfg.Cluster.NodeName, Wait: cfg.Cluster.PendingTimeout, BlockGateway: !cfg.Cluster.ENI.Enabled(),
-			Ready: ag.NodeRead()},
-		PodContext: ag.PodContext,
-		OnChange: func() {
-			ag.Trigger()
-			if eniHost != nil {
-				eniHost.Trigger() // a pod came or went: its route and rules follow
-			}
-			select {
-			case kick <- struct{}{}:
-			default:
-			}
-		},
-	})
+	return d.agentDaemon(ctx, cfg, restCfg, ag, eniHost, kick, log)
+}
+
+// agentDaemon completes the daemon around the agent ag: the IPAM manager restored from the
+// node store, the datapath, the controllers of the options on, and the API listener.
+func (d *Daemon) agentDaemon(ctx context.Context, cfg *config.Config, restCfg *rest.Config, ag *agent.Agent, eniHost *enihost.Controller, kick chan struct{}, log *slog.Logger) (_ *AgentDaemon, err error) {
+	d.manager, err = newAgentManager(ctx, d, cfg, ag, eniHost, kick, log)
 	if err != nil {
 		return nil, err
 	}
@@ -178,9 +136,91 @@ func NewAgent(ctx context.Context, cfg *config.Config, builtins *registry.Regist
 		eniHost.State = ag.ENIHostState
 	}
 	ad := &AgentDaemon{Daemon: d, agent: ag, kick: kick, eniHost: eniHost}
+	if err := ad.watchOwnership(cfg, restCfg, log); err != nil {
+		return nil, err
+	}
+	if err := ad.newNodeRoutes(cfg, restCfg, log); err != nil {
+		return nil, err
+	}
+	why := startingReason(cfg.Cluster.IPAM)
+	d.starting.Store(&why)
+	if d.apiLn, err = listenAPI(cfg, log); err != nil {
+		return nil, err
+	}
+	d.apiSrv = d.newAPIServer(serviceFor(cfg, d.manager, ag))
+	return ad, nil
+}
+
+// newENIHost is the controller of the host's ENI routing (nil when off).
+func newENIHost(e config.ClusterENI, log *slog.Logger) *enihost.Controller {
+	if !e.HostRoutingEnabled() {
+		return nil
+	}
+	dirs := e.NetnsDirs
+	if len(dirs) == 0 {
+		dirs = enihost.DefaultNetnsDirs
+	}
+	hlog := log.With("component", "enihost")
+	return &enihost.Controller{Host: &enihost.Host{Log: hlog}, Log: hlog,
+		NetnsFiles: func() ([]string, error) { return enihost.NetnsFiles(dirs) }}
+}
+
+// agentOptions configure the agent from the cluster section.
+func agentOptions(cfg *config.Config, restCfg *rest.Config, d *Daemon, shared *agent.SharedOptions, log *slog.Logger) agent.Options {
+	return agent.Options{
+		NodeName:        cfg.Cluster.NodeName,
+		RESTConfig:      restCfg,
+		PreAllocation:   cfg.Cluster.PreAllocation,
+		Debounce:        cfg.Cluster.RequestDebounce,
+		ReleaseDelay:    cfg.Cluster.ReleaseDelay,
+		ReclaimGrace:    cfg.Cluster.ReclaimGrace,
+		ReclaimInterval: cfg.Cluster.ReclaimInterval,
+		Resync:          cfg.Cluster.Resync,
+		Registerer:      d.reg,
+		Logger:          log.With("component", "agent"),
+		ENI:             agentENI(cfg.Cluster.ENI),
+		Shared:          shared,
+		PodCIDRs:        agentPodCIDRMode(cfg.Cluster),
+		Store:           d.store,
+	}
+}
+
+// newAgentManager builds the IPAM manager of agent mode: blocks come from the agent, and
+// every change of demand wakes the agent, the ENI host routing and the datapath (kick).
+func newAgentManager(ctx context.Context, d *Daemon, cfg *config.Config, ag *agent.Agent, eniHost *enihost.Controller, kick chan struct{}, log *slog.Logger) (*ipam.Manager, error) {
+	return ipam.New(ctx, ipam.Options{
+		Store:         d.store,
+		Policy:        d.plugins.PolicyFor,
+		PolicyTimeout: cfg.Policy.Timeout,
+		PluginStatus:  d.plugins.Status,
+		Metrics:       ipam.NewMetrics(d.reg),
+		Logger:        log.With("component", "ipam"),
+		Version:       Version,
+		Mode:          cfg.Mode,
+		// Multi-pool blocks carry their pods' gateway (a bridge's address); ENI
+		// addresses come as host blocks presented with their subnet's router instead.
+		Dynamic: &ipam.DynamicOptions{Node: cfg.Cluster.NodeName, Wait: cfg.Cluster.PendingTimeout, BlockGateway: !cfg.Cluster.ENI.Enabled(),
+			Ready: ag.NodeRead()},
+		PodContext: ag.PodContext,
+		OnChange: func() {
+			ag.Trigger()
+			if eniHost != nil {
+				eniHost.Trigger() // a pod came or went: its route and rules follow
+			}
+			select {
+			case kick <- struct{}{}:
+			default:
+			}
+		},
+	})
+}
+
+// watchOwnership, with cni.uninstall auto, reads who owns the agent's Pod, so that a stop
+// knows whether the DaemonSet is going away.
+func (ad *AgentDaemon) watchOwnership(cfg *config.Config, restCfg *rest.Config, log *slog.Logger) (err error) {
 	if cfg.CNI.Uninstall == config.UninstallAuto {
 		if ad.meta, err = newOwnerReader(restCfg); err != nil {
-			return nil, err
+			return err
 		}
 		ad.owners = ad.meta
 		if cfg.CNI.PodName != "" && cfg.CNI.PodNamespace != "" {
@@ -190,24 +230,29 @@ func NewAgent(ctx context.Context, cfg *config.Config, builtins *registry.Regist
 			log.Warn("cni.uninstall auto: the agent's own Pod is unknown (set POD_NAME and POD_NAMESPACE from the downward API); it will keep the network configuration, binaries and datapath at every stop")
 		}
 	}
+	return nil
+}
+
+// newNodeRoutes, with cluster.autoDirectNodeRoutes, builds the controller of the routes to
+// the other nodes' blocks.
+func (ad *AgentDaemon) newNodeRoutes(cfg *config.Config, restCfg *rest.Config, log *slog.Logger) (err error) {
 	if cfg.Cluster.AutoDirectNodeRoutes {
 		ad.rtr = &noderoutes.Reconciler{Log: log.With("component", "noderoutes")}
 		if ad.routes, err = noderoutes.NewController(noderoutes.Options{
 			RESTConfig: restCfg, NodeName: cfg.Cluster.NodeName, Reconciler: ad.rtr, Log: log.With("component", "noderoutes"),
 		}); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	why := "agent: waiting for the node's AllotNode (informer caches, first sync)"
-	if cfg.Cluster.IPAM == config.IPAMKubernetes {
-		why = "agent: waiting for the Node's spec.podCIDRs (informer caches, first sync)"
+	return nil
+}
+
+// startingReason is what /readyz says until the agent's first sync.
+func startingReason(mode string) string {
+	if mode == config.IPAMKubernetes {
+		return "agent: waiting for the Node's spec.podCIDRs (informer caches, first sync)"
 	}
-	d.starting.Store(&why)
-	if d.apiLn, err = listenAPI(cfg, log); err != nil {
-		return nil, err
-	}
-	d.apiSrv = d.newAPIServer(serviceFor(cfg, d.manager, ag))
-	return ad, nil
+	return "agent: waiting for the node's AllotNode (informer caches, first sync)"
 }
 
 // agentPodCIDRMode is the agent's kubernetes mode (pools from Node.spec.podCIDRs), nil when
