@@ -50,55 +50,8 @@ func LoadPlugins(ctx context.Context, cfg *config.Config, builtins *registry.Reg
 		log.Info("plugin loaded", "name", pc.Name, "kind", pc.Kind, "transport", pc.Transport)
 	}
 
-	instances := map[string]policy.PoolPolicy{}
-	used := map[string]bool{}
-	resolve := func(field, name string) (policychain.Link, error) {
-		if pol, ok := instances[name]; ok {
-			return policychain.Link{Name: name, Policy: pol, Inline: used[name]}, nil
-		}
-		for _, l := range p.loaded {
-			if l.Name == name {
-				if l.PoolPolicy == nil {
-					return policychain.Link{}, fmt.Errorf("%s: plugin %q is a %s, not a pool-policy", field, name, l.Kind)
-				}
-				instances[name] = l.PoolPolicy
-				return policychain.Link{Name: name, Policy: l.PoolPolicy}, nil
-			}
-		}
-		if _, ok := registry.Lookup(builtins.Policies, name); !ok {
-			return policychain.Link{}, fmt.Errorf("%s: unknown policy %q (built-in: %s; plugins: %s)", field, name, registry.Names(builtins.Policies), p.pluginNames())
-		}
-		pol, err := builtins.NewPolicy(name, cfg.Policy.Config[name])
-		if err != nil {
-			return policychain.Link{}, fmt.Errorf("policy.config.%s: %w", name, err)
-		}
-		instances[name] = pol
-		used[name] = true // built-in
-		return policychain.Link{Name: name, Policy: pol, Inline: true}, nil
-	}
-	build := func(field string, ch config.Chain) (*policychain.Chain, error) {
-		pc := policychain.Config{Timeout: cfg.Policy.Timeout, Logger: log, OnError: p.recordError}
-		for i, name := range ch.Policies {
-			l, err := resolve(fmt.Sprintf("%s.chain[%d]", field, i), name)
-			if err != nil {
-				return nil, err
-			}
-			pc.Policies = append(pc.Policies, l)
-		}
-		if ch.Fallback != "" {
-			l, err := resolve(field+".fallback", ch.Fallback)
-			if err != nil {
-				return nil, err
-			}
-			pc.Fallback = &l
-		}
-		c, err := policychain.New(pc)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", field, err)
-		}
-		return c, nil
-	}
-	if p.def, err = build("policy.default", cfg.Policy.Default); err != nil {
+	b := &chainBuilder{p: p, cfg: cfg, builtins: builtins, log: log, instances: map[string]policy.PoolPolicy{}, used: map[string]bool{}}
+	if p.def, err = b.build("policy.default", cfg.Policy.Default); err != nil {
 		return nil, err
 	}
 	nets := make([]string, 0, len(cfg.Policy.Networks))
@@ -107,7 +60,7 @@ func LoadPlugins(ctx context.Context, cfg *config.Config, builtins *registry.Reg
 	}
 	sort.Strings(nets)
 	for _, n := range nets {
-		if p.networks[n], err = build("policy.networks."+n, cfg.Policy.Networks[n]); err != nil {
+		if p.networks[n], err = b.build("policy.networks."+n, cfg.Policy.Networks[n]); err != nil {
 			return nil, err
 		}
 	}
@@ -116,11 +69,72 @@ func LoadPlugins(ctx context.Context, cfg *config.Config, builtins *registry.Reg
 			return nil, fmt.Errorf("policy.config.%s: no built-in policy has this name (built-in: %s)", n, registry.Names(builtins.Policies))
 		}
 	}
-	for n := range used {
+	for n := range b.used {
 		p.builtins = append(p.builtins, n)
 	}
 	sort.Strings(p.builtins)
 	return p, nil
+}
+
+// chainBuilder builds the policy chains of the configuration: one instance per policy
+// name, shared by every chain naming it.
+type chainBuilder struct {
+	p         *Plugins
+	cfg       *config.Config
+	builtins  *registry.Registry
+	log       *slog.Logger
+	instances map[string]policy.PoolPolicy
+	used      map[string]bool // built-in policies instantiated
+}
+
+// resolve finds policy name (of field): a pool-policy plugin loaded, else a built-in.
+func (b *chainBuilder) resolve(field, name string) (policychain.Link, error) {
+	if pol, ok := b.instances[name]; ok {
+		return policychain.Link{Name: name, Policy: pol, Inline: b.used[name]}, nil
+	}
+	for _, l := range b.p.loaded {
+		if l.Name == name {
+			if l.PoolPolicy == nil {
+				return policychain.Link{}, fmt.Errorf("%s: plugin %q is a %s, not a pool-policy", field, name, l.Kind)
+			}
+			b.instances[name] = l.PoolPolicy
+			return policychain.Link{Name: name, Policy: l.PoolPolicy}, nil
+		}
+	}
+	if _, ok := registry.Lookup(b.builtins.Policies, name); !ok {
+		return policychain.Link{}, fmt.Errorf("%s: unknown policy %q (built-in: %s; plugins: %s)", field, name, registry.Names(b.builtins.Policies), b.p.pluginNames())
+	}
+	pol, err := b.builtins.NewPolicy(name, b.cfg.Policy.Config[name])
+	if err != nil {
+		return policychain.Link{}, fmt.Errorf("policy.config.%s: %w", name, err)
+	}
+	b.instances[name] = pol
+	b.used[name] = true // built-in
+	return policychain.Link{Name: name, Policy: pol, Inline: true}, nil
+}
+
+// build makes the chain ch of field.
+func (b *chainBuilder) build(field string, ch config.Chain) (*policychain.Chain, error) {
+	pc := policychain.Config{Timeout: b.cfg.Policy.Timeout, Logger: b.log, OnError: b.p.recordError}
+	for i, name := range ch.Policies {
+		l, err := b.resolve(fmt.Sprintf("%s.chain[%d]", field, i), name)
+		if err != nil {
+			return nil, err
+		}
+		pc.Policies = append(pc.Policies, l)
+	}
+	if ch.Fallback != "" {
+		l, err := b.resolve(field+".fallback", ch.Fallback)
+		if err != nil {
+			return nil, err
+		}
+		pc.Fallback = &l
+	}
+	c, err := policychain.New(pc)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", field, err)
+	}
+	return c, nil
 }
 
 // Loaded returns the loaded plugin called name, or nil.
