@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
 
@@ -80,4 +81,193 @@ func TestENIPrefixDelegation(t *testing.T) {
 	e.scaleAll(ctx, func(int) int { return 13 })
 	eventually(t, "pods served again", 60*time.Second, func() (bool, string) { return e.prefixState(2) })
 	e.checkNoDuplicates(ctx)
+}
+
+// ec2Prefixes6 is what EC2 says the node's instance carries of IPv6 /80s, by ENI.
+func (e *eniEnv) ec2Prefixes6(name string) map[string][]netip.Prefix {
+	out := map[string][]netip.Prefix{}
+	for _, en := range e.fake.InstanceENIs(e.inst[name]) {
+		if len(en.Prefixes6) > 0 {
+			out[en.ID] = en.Prefixes6
+		}
+	}
+	return out
+}
+
+// inIPv6Prefix: EC2 delegates a /80 holding a to the node's instance.
+func (e *eniEnv) inIPv6Prefix(name string, a netip.Addr) bool {
+	for _, ps := range e.ec2Prefixes6(name) {
+		for _, p := range ps {
+			if p.Contains(a) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// ipv6State: every node has exactly one /80 of its own, on its first ENI (device index 0),
+// status.eni records it on that interface, and the node's agent serves it.
+func (e *eniEnv) ipv6State(ctx context.Context) (bool, string) {
+	seen := map[netip.Prefix]string{}
+	for _, n := range e.nodes {
+		byENI := e.ec2Prefixes6(n.name)
+		eth0 := ""
+		for _, en := range e.fake.InstanceENIs(e.inst[n.name]) {
+			if en.Attachment != nil && en.Attachment.DeviceIndex == 0 {
+				eth0 = en.ID
+			}
+		}
+		if len(byENI) != 1 || len(byENI[eth0]) != 1 {
+			return false, fmt.Sprintf("%s: IPv6 prefixes on EC2 %v, want one on eth0 %s", n.name, byENI, eth0)
+		}
+		p := byENI[eth0][0]
+		if who, dup := seen[p]; dup {
+			return false, fmt.Sprintf("%s and %s both carry %s", who, n.name, p)
+		}
+		seen[p] = n.name
+		an := &allotv1.AllotNode{}
+		if err := e.c.Get(ctx, types.NamespacedName{Name: n.name}, an); err != nil {
+			return false, n.name + ": " + err.Error()
+		}
+		if !statusRecords(an, eth0, p) {
+			return false, fmt.Sprintf("%s: status.eni %+v does not record %s on %s", n.name, an.Status.ENI, p, eth0)
+		}
+		if ok, msg := n.serves(ctx, p); !ok {
+			return false, msg
+		}
+	}
+	return true, ""
+}
+
+// statusRecords: status.eni lists p among the prefixes of interface id.
+func statusRecords(an *allotv1.AllotNode, id string, p netip.Prefix) bool {
+	if an.Status.ENI == nil {
+		return false
+	}
+	for _, ifc := range an.Status.ENI.Interfaces {
+		if ifc.ID == id && slices.Contains(ifc.Prefixes, p.String()) {
+			return true
+		}
+	}
+	return false
+}
+
+// serves: the node's agent lists p among its pools' CIDRs (local API).
+func (n *node) serves(ctx context.Context, p netip.Prefix) (bool, string) {
+	pools, err := n.cli.Pools(ctx)
+	if err != nil {
+		return false, n.name + ": " + err.Error()
+	}
+	for _, ps := range pools {
+		if slices.Contains(ps.CIDRs, p.String()) {
+			return true, ""
+		}
+	}
+	return false, fmt.Sprintf("%s: the agent serves %+v, not %s", n.name, pools, p)
+}
+
+// checkDualStack checks that every pod holds one IPv4 address and one IPv6 address of its
+// node's /80, and returns the IPv6 addresses held.
+func (e *eniEnv) checkDualStack(ctx context.Context) map[netip.Addr]string {
+	t := e.t
+	t.Helper()
+	held := map[netip.Addr]string{}
+	for _, n := range e.nodes {
+		allocs, err := n.cli.Allocations(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.mu.Lock()
+		pods := len(e.pods[n.name])
+		e.mu.Unlock()
+		if len(allocs) != pods {
+			t.Errorf("%s: %d allocations for %d pods", n.name, len(allocs), pods)
+		}
+		for _, al := range allocs {
+			var v4, v6 int
+			for _, ip := range al.IPs {
+				a := netip.MustParsePrefix(ip.Address).Addr()
+				if a.Is4() {
+					v4++
+					continue
+				}
+				v6++
+				held[a] = n.name + "/" + al.Pod.Name
+				if !e.inIPv6Prefix(n.name, a) {
+					t.Errorf("%s/%s holds %s, outside its node's /80 %v", n.name, al.Pod.Name, a, e.ec2Prefixes6(n.name))
+				}
+			}
+			if v4 != 1 || v6 != 1 {
+				t.Errorf("%s/%s holds %+v, want one IPv4 and one IPv6 address", n.name, al.Pod.Name, al.IPs)
+			}
+		}
+	}
+	return held
+}
+
+// released: no pod is left, and neither the agents nor status.ipam.used hold an address.
+func (e *eniEnv) released(ctx context.Context) (bool, string) {
+	for _, n := range e.nodes {
+		pools, err := n.cli.Pools(ctx)
+		if err != nil {
+			return false, n.name + ": " + err.Error()
+		}
+		for _, ps := range pools {
+			if ps.Used != 0 {
+				return false, fmt.Sprintf("%s: pool %s/%s still has %d used", n.name, ps.Name, ps.Family, ps.Used)
+			}
+		}
+		an := &allotv1.AllotNode{}
+		if err := e.c.Get(ctx, types.NamespacedName{Name: n.name}, an); err != nil {
+			return false, n.name + ": " + err.Error()
+		}
+		if len(an.Status.IPAM.Used) > 0 {
+			return false, fmt.Sprintf("%s: status.ipam.used %v", n.name, an.Status.IPAM.Used)
+		}
+	}
+	return true, ""
+}
+
+// TestENIIPv6PrefixDelegation: with cluster.eni.ipv6PrefixDelegation (and IPv4 prefix
+// delegation) the operator delegates one /80 per node through the AWS SDK, status.eni
+// records it, and pods get one IPv4 address of the node's /28s and one IPv6 address of its
+// /80 through the agent's local API; DEL gives both back.
+func TestENIIPv6PrefixDelegation(t *testing.T) {
+	e := newENIEnv(t, eniSetup{
+		nodes:    2,
+		types:    []string{"m5.large"},
+		subnets:  []netip.Prefix{netip.MustParsePrefix("10.4.0.0/20")},
+		ipv6:     netip.MustParsePrefix("2600:1f18:1:2::/64"),
+		prefixes: true,
+	})
+	ctx := context.Background()
+	eventually(t, "one /80 per node, recorded and served", 60*time.Second, func() (bool, string) { return e.ipv6State(ctx) })
+	if n := e.fake.Calls("AssignIpv6Addresses"); n != len(e.nodes) {
+		t.Errorf("%d AssignIpv6Addresses calls for %d nodes", n, len(e.nodes))
+	}
+
+	e.scaleAll(ctx, func(int) int { return 20 })
+	eventually(t, "two /28s per node serve the pods", 60*time.Second, func() (bool, string) { return e.prefixState(2) })
+	first := e.checkDualStack(ctx)
+	if len(first) != 20*len(e.nodes) {
+		t.Errorf("%d distinct IPv6 addresses held by %d pods", len(first), 20*len(e.nodes))
+	}
+	e.checkNoDuplicates(ctx)
+
+	// DEL gives both families back: nothing held, on the agents or in status.ipam.used.
+	e.scaleAll(ctx, func(int) int { return 0 })
+	eventually(t, "every address released", 30*time.Second, func() (bool, string) { return e.released(ctx) })
+
+	// Served again from the same /80s, which stay (one per node, never released).
+	e.scaleAll(ctx, func(int) int { return 13 })
+	again := e.checkDualStack(ctx)
+	if len(again) != 13*len(e.nodes) {
+		t.Errorf("%d distinct IPv6 addresses held by %d pods", len(again), 13*len(e.nodes))
+	}
+	e.checkNoDuplicates(ctx)
+	eventually(t, "still one /80 per node", 10*time.Second, func() (bool, string) { return e.ipv6State(ctx) })
+	if n := e.fake.Calls("UnassignIpv6Addresses"); n != 0 {
+		t.Errorf("%d UnassignIpv6Addresses calls: a node's /80 is never released", n)
+	}
 }

@@ -59,6 +59,7 @@ type eniEnv struct {
 	plugin     *config.Plugin // set: the operator's backend is this process plugin
 	pre        map[string]int // node -> pre-allocate (its own or the default 8)
 	prefixes   bool           // cluster.eni.prefixDelegation
+	prefixes6  bool           // cluster.eni.ipv6PrefixDelegation
 	mu         sync.Mutex
 }
 
@@ -75,6 +76,8 @@ type eniSetup struct {
 	plugin   bool           // the operator's backend is the aws-eni plugin binary (process transport)
 	free     int            // fill eth0's subnet with other instances down to this many free addresses
 	prefixes bool           // cluster.eni.prefixDelegation
+	// ipv6 set: the first subnet's IPv6 block, and cluster.eni.ipv6PrefixDelegation on.
+	ipv6 netip.Prefix
 }
 
 func newENIEnv(t *testing.T, s eniSetup) *eniEnv {
@@ -89,11 +92,15 @@ func newENIEnv(t *testing.T, s eniSetup) *eniEnv {
 	}
 	e := &eniEnv{t: t, env: env, c: c, kubeconfig: writeKubeconfig(t, env.Config),
 		inst: map[string]string{}, typ: map[string]string{}, byName: map[string]*node{},
-		pods: map[string][]*corev1.Pod{}, pre: map[string]int{}, prefixes: s.prefixes}
+		pods: map[string][]*corev1.Pod{}, pre: map[string]int{}, prefixes: s.prefixes, prefixes6: s.ipv6.IsValid()}
 	e.fake = ec2fake.New(ec2fake.Options{Seed: 5})
 	vpc := e.fake.AddVPC(ec2fake.VPC{CIDR: netip.MustParsePrefix("10.0.0.0/8")})
 	for i, p := range s.subnets {
-		id, err := e.fake.AddSubnet(ec2fake.Subnet{VPC: vpc, AZ: "us-east-1a", CIDR: p, Tags: map[string]string{"name": fmt.Sprint("sub-", i)}})
+		sub := ec2fake.Subnet{VPC: vpc, AZ: "us-east-1a", CIDR: p, Tags: map[string]string{"name": fmt.Sprint("sub-", i)}}
+		if i == 0 {
+			sub.IPv6CIDR = s.ipv6
+		}
+		id, err := e.fake.AddSubnet(sub)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -193,6 +200,7 @@ func (e *eniEnv) startOperator(identity string) {
 	}
 	c.Cluster.ENI = eniCluster(backend)
 	c.Cluster.ENI.PrefixDelegation = e.prefixes
+	c.Cluster.ENI.IPv6PrefixDelegation = e.prefixes6
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -423,7 +431,7 @@ func (e *eniEnv) checkNoDuplicates(ctx context.Context) {
 					t.Errorf("%s held by %s and %s/%s", a, who, n.name, al.Pod.Name)
 				}
 				held[a.String()] = n.name + "/" + al.Pod.Name
-				if _, ok := truth[a]; !ok {
+				if _, ok := truth[a]; !ok && !e.inIPv6Prefix(n.name, a) {
 					t.Errorf("%s/%s holds %s, which EC2 does not assign to instance %s", n.name, al.Pod.Name, a, e.inst[n.name])
 				}
 			}
