@@ -30,33 +30,7 @@ func MergeSpec(n *allotv1.AllotNode, desired *allotv1.NodeENISpec) (*allotv1.Nod
 	if err != nil {
 		return nil, false, err
 	}
-	last := map[string]json.RawMessage{}
-	if s, ok := n.Annotations[AnnotationAppliedENI]; ok {
-		if err := json.Unmarshal([]byte(s), &last); err != nil {
-			// A damaged annotation: treat every set field as hand-made (never overwrite).
-			last = map[string]json.RawMessage{}
-		}
-	}
-	out := map[string]json.RawMessage{}
-	for k, v := range cur {
-		out[k] = v
-	}
-	keys := map[string]bool{}
-	for _, m := range []map[string]json.RawMessage{want, cur, last} {
-		for k := range m {
-			keys[k] = true
-		}
-	}
-	for k := range keys {
-		if !sameJSON(cur[k], last[k]) {
-			continue // set, changed or removed by hand: kept
-		}
-		if v, ok := want[k]; ok {
-			out[k] = v
-		} else {
-			delete(out, k)
-		}
-	}
+	out := mergeFields(want, cur, lastApplied(n))
 	raw, err := json.Marshal(out)
 	if err != nil {
 		return nil, false, fmt.Errorf("eninode: spec.eni: %w", err)
@@ -82,6 +56,45 @@ func MergeSpec(n *allotv1.AllotNode, desired *allotv1.NodeENISpec) (*allotv1.Nod
 		changed = true
 	}
 	return merged, changed, nil
+}
+
+// lastApplied is the spec.eni the agent wrote last, from its annotation. A damaged annotation
+// reads as empty: every set field then counts as hand-made and is never overwritten.
+func lastApplied(n *allotv1.AllotNode) map[string]json.RawMessage {
+	last := map[string]json.RawMessage{}
+	if s, ok := n.Annotations[AnnotationAppliedENI]; ok {
+		if err := json.Unmarshal([]byte(s), &last); err != nil {
+			return map[string]json.RawMessage{}
+		}
+	}
+	return last
+}
+
+// mergeFields is the three-way merge of spec.eni's fields: a field whose current value is the
+// one last applied follows the desired configuration (set or removed); any other field was set,
+// changed or removed by hand and is kept as it is.
+func mergeFields(want, cur, last map[string]json.RawMessage) map[string]json.RawMessage {
+	out := map[string]json.RawMessage{}
+	for k, v := range cur {
+		out[k] = v
+	}
+	keys := map[string]bool{}
+	for _, m := range []map[string]json.RawMessage{want, cur, last} {
+		for k := range m {
+			keys[k] = true
+		}
+	}
+	for k := range keys {
+		if !sameJSON(cur[k], last[k]) {
+			continue
+		}
+		if v, ok := want[k]; ok {
+			out[k] = v
+		} else {
+			delete(out, k)
+		}
+	}
+	return out
 }
 
 // specFields is spec.eni as its set JSON fields (omitempty leaves unset ones out).
