@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Regenerates the Go code of every .proto in the repository (committed; building allot never
 # needs protoc, only changing a .proto does):
-#   sdk/proto/allot/plugin/v1/*.proto -> sdk/proto/pluginv1 (plugin contracts)
+#   sdk/proto/allot/plugin/v1/*.proto -> sdk/proto/pluginv1 (plugin contracts; vtprotobuf codecs
+#     for the process and WASM transports, gRPC stubs for go-plugin)
 #   core/api/proto/allot/api/v1/*.proto -> core/api/apiv1 (the local API's framed protocol)
 # protoc comes from Debian (protobuf-compiler, installed by hack/install-deps.sh); the
 # generators are built from the Go module proxy at the versions pinned here, into
@@ -35,6 +36,7 @@ rm -f sdk/proto/pluginv1/*.pb.go sdk/proto/pluginv1/pluginv1grpc/*.pb.go
 (cd sdk/proto && protoc -I . \
 	--go_out=.. --go_opt=module=github.com/allot-ipam/allot/sdk \
 	--go-grpc_out=.. --go-grpc_opt=module=github.com/allot-ipam/allot/sdk \
+	--go-vtproto_out=.. --go-vtproto_opt=module=github.com/allot-ipam/allot/sdk,features=$VTPROTO_FEATURES \
 	allot/plugin/v1/*.proto)
 
 rm -f core/api/apiv1/*.pb.go
