@@ -71,12 +71,27 @@ var sectionOrder = map[byte]int{1: 1, 2: 2, 3: 3, 4: 4, 5: 5, 13: 6, 6: 7, 7: 8,
 
 // instrument returns a copy of the module with the interrupt global and loop checks.
 func instrument(code []byte) ([]byte, error) {
+	secs, err := splitSections(code)
+	if err != nil {
+		return nil, err
+	}
+	sc, err := scanSections(secs)
+	if err != nil {
+		return nil, err
+	}
+	return sc.rewrite(code, secs)
+}
+
+// section is one section of a module: its id and body.
+type section struct {
+	id   byte
+	body []byte
+}
+
+// splitSections checks the module header and cuts the module into its sections.
+func splitSections(code []byte) ([]section, error) {
 	if len(code) < 8 || string(code[:4]) != "\x00asm" || binary.LittleEndian.Uint32(code[4:8]) != 1 {
 		return nil, fmt.Errorf("%w: not a version 1 wasm binary", errUnsupported)
-	}
-	type section struct {
-		id   byte
-		body []byte
 	}
 	var secs []section
 	for b := code[8:]; len(b) > 0; {
@@ -88,43 +103,60 @@ func instrument(code []byte) ([]byte, error) {
 		secs = append(secs, section{id, b[1+n : 1+n+int(size)]})
 		b = b[1+n+int(size):]
 	}
+	return secs, nil
+}
 
-	var importedGlobals, localGlobals, yield uint64
-	hasGlobal, hasExport, hasCode, hasYield := false, false, false, false
+// moduleScan is what the rewrite needs to know about a module.
+type moduleScan struct {
+	importedGlobals, localGlobals, yield uint64
+	hasGlobal                            bool
+}
+
+// scanSections counts the globals, finds the sched_yield import and checks that the
+// module has what instrumenting needs.
+func scanSections(secs []section) (moduleScan, error) {
+	var sc moduleScan
+	hasExport, hasCode, hasYield := false, false, false
 	for _, s := range secs {
 		switch s.id {
 		case secImport:
 			var err error
-			if importedGlobals, yield, hasYield, err = scanImports(s.body); err != nil {
-				return nil, err
+			if sc.importedGlobals, sc.yield, hasYield, err = scanImports(s.body); err != nil {
+				return sc, err
 			}
 		case secGlobal:
-			hasGlobal = true
+			sc.hasGlobal = true
 			n, m := uleb(s.body)
 			if m == 0 {
-				return nil, fmt.Errorf("%w: malformed global section", errUnsupported)
+				return sc, fmt.Errorf("%w: malformed global section", errUnsupported)
 			}
-			localGlobals = n
+			sc.localGlobals = n
 		case secExport:
 			hasExport = true
 			if err := checkExportName(s.body); err != nil {
-				return nil, err
+				return sc, err
 			}
 		case secCode:
 			hasCode = true
 		}
 	}
 	if !hasExport || !hasCode {
-		return nil, fmt.Errorf("%w: no export or code section", errUnsupported)
+		return sc, fmt.Errorf("%w: no export or code section", errUnsupported)
 	}
 	if !hasYield {
-		return nil, fmt.Errorf("%w: module does not import %s.sched_yield", errUnsupported, wasiModule)
+		return sc, fmt.Errorf("%w: module does not import %s.sched_yield", errUnsupported, wasiModule)
 	}
-	stop, fuel := importedGlobals+localGlobals, importedGlobals+localGlobals+1
+	return sc, nil
+}
+
+// rewrite writes the module with the two new globals (in the global section, created if
+// there is none), the stop global exported and every function's loops checked.
+func (sc moduleScan) rewrite(code []byte, secs []section) ([]byte, error) {
+	stop, fuel := sc.importedGlobals+sc.localGlobals, sc.importedGlobals+sc.localGlobals+1
 	// Two globals: i32 mutable = 0 (stop), i32 mutable = fuelPerExit (fuel).
 	newGlobals := []byte{0x7f, 0x01, 0x41, 0x00, 0x0b, 0x7f, 0x01, 0x41}
 	newGlobals = append(appendSleb(newGlobals, fuelPerExit), 0x0b)
-	check := loopCheck(stop, fuel, yield)
+	check := loopCheck(stop, fuel, sc.yield)
 
 	out := append(make([]byte, 0, len(code)+len(code)/8), code[:8]...)
 	emit := func(id byte, body []byte) {
@@ -132,27 +164,19 @@ func instrument(code []byte) ([]byte, error) {
 		out = appendUleb(out, uint64(len(body)))
 		out = append(out, body...)
 	}
+	hasGlobal := sc.hasGlobal
 	for _, s := range secs {
 		if !hasGlobal && s.id != secCustom && sectionOrder[s.id] > sectionOrder[secGlobal] {
 			emit(secGlobal, append([]byte{2}, newGlobals...))
 			hasGlobal = true
-			localGlobals = 0 // written
 		}
 		switch s.id {
 		case secGlobal:
 			_, m := uleb(s.body)
-			body := appendUleb(nil, localGlobals+2)
-			body = append(append(body, s.body[m:]...), newGlobals...)
-			emit(secGlobal, body)
+			body := appendUleb(nil, sc.localGlobals+2)
+			emit(secGlobal, append(append(body, s.body[m:]...), newGlobals...))
 		case secExport:
-			n, m := uleb(s.body)
-			body := appendUleb(nil, n+1)
-			body = append(body, s.body[m:]...)
-			body = appendUleb(body, uint64(len(interruptGlobal)))
-			body = append(body, interruptGlobal...)
-			body = append(body, 0x03) // export kind: global
-			body = appendUleb(body, stop)
-			emit(secExport, body)
+			emit(secExport, exportStop(s.body, stop))
 		case secCode:
 			body, err := instrumentCode(s.body, check)
 			if err != nil {
@@ -164,6 +188,17 @@ func instrument(code []byte) ([]byte, error) {
 		}
 	}
 	return out, nil
+}
+
+// exportStop returns the export section body with the stop global exported too.
+func exportStop(exports []byte, stop uint64) []byte {
+	n, m := uleb(exports)
+	body := appendUleb(nil, n+1)
+	body = append(body, exports[m:]...)
+	body = appendUleb(body, uint64(len(interruptGlobal)))
+	body = append(body, interruptGlobal...)
+	body = append(body, 0x03) // export kind: global
+	return appendUleb(body, stop)
 }
 
 // loopCheck is the code inserted at every loop header (see the comment at the top).
@@ -277,101 +312,123 @@ func instrumentFunc(out []byte, r *wreader, check []byte) ([]byte, error) {
 	for len(r.b) > 0 && r.err == nil {
 		insn := r.b
 		op := r.byte()
-		switch {
-		case op == 0x03: // loop blocktype: the one instruction that gets a check
+		if op == 0x03 { // loop blocktype: the one instruction that gets a check
 			r.blocktype()
 			out = append(out, insn[:len(insn)-len(r.b)]...)
 			out = append(out, check...)
 			continue
-		case op <= 0x01 || op == 0x05 || op == 0x0a || op == 0x0b || op == 0x0f || op == 0x19 ||
-			op == 0x1a || op == 0x1b || op == 0xd1 || op == 0xd3 || op == 0xd5 || (op >= 0x45 && op <= 0xc4):
-			// no immediate
-		case op == 0x02 || op == 0x04 || op == 0x06: // block, if, try
-			r.blocktype()
-		case op == 0x07 || op == 0x08 || op == 0x09 || op == 0x18 || op == 0x0c || op == 0x0d ||
-			op == 0x10 || op == 0x12 || op == 0x14 || op == 0x15 || (op >= 0x20 && op <= 0x26) ||
-			op == 0xd2 || op == 0xd4 || op == 0xd6 || op == 0x3f || op == 0x40:
-			r.u() // one index (memory.size/grow: memory index)
-		case op == 0x0e: // br_table
-			n := r.u()
-			for k := uint64(0); k <= n && r.err == nil; k++ {
-				r.u()
-			}
-		case op == 0x11 || op == 0x13: // call_indirect, return_call_indirect
-			r.u()
-			r.u()
-		case op == 0x1c: // select t*
-			n := r.u()
-			for k := uint64(0); k < n && r.err == nil; k++ {
-				r.valtype()
-			}
-		case op == 0x1f: // try_table blocktype vec(catch)
-			r.blocktype()
-			n := r.u()
-			for k := uint64(0); k < n && r.err == nil; k++ {
-				switch kind := r.byte(); kind {
-				case 0x00, 0x01:
-					r.u()
-					r.u()
-				case 0x02, 0x03:
-					r.u()
-				default:
-					r.fail("catch kind 0x%02x", kind)
-				}
-			}
-		case op >= 0x28 && op <= 0x3e: // loads and stores
-			r.memarg()
-		case op == 0x41:
-			r.s()
-		case op == 0x42:
-			r.s()
-		case op == 0x43:
-			r.skip(4)
-		case op == 0x44:
-			r.skip(8)
-		case op == 0xd0: // ref.null heaptype
-			r.s()
-		case op == 0xfc:
-			switch sub := r.u(); {
-			case sub <= 7:
-			case sub == 8 || sub == 10 || sub == 12 || sub == 14:
-				r.u()
-				r.u()
-			case sub == 9 || sub == 11 || sub == 13 || (sub >= 15 && sub <= 17):
-				r.u()
-			default:
-				r.fail("opcode 0xfc %d", sub)
-			}
-		case op == 0xfd: // SIMD
-			switch sub := r.u(); {
-			case sub <= 11 || sub == 92 || sub == 93:
-				r.memarg()
-			case sub == 12 || sub == 13:
-				r.skip(16)
-			case sub >= 21 && sub <= 34:
-				r.skip(1)
-			case sub >= 84 && sub <= 91:
-				r.memarg()
-				r.skip(1)
-			case sub <= 0x113:
-			default:
-				r.fail("opcode 0xfd %d", sub)
-			}
-		case op == 0xfe: // threads
-			switch sub := r.u(); {
-			case sub == 3:
-				r.skip(1)
-			case sub <= 2 || (sub >= 0x10 && sub <= 0x4e):
-				r.memarg()
-			default:
-				r.fail("opcode 0xfe %d", sub)
-			}
-		default:
-			r.fail("opcode 0x%02x", op)
 		}
+		r.immediates(op)
 		out = append(out, insn[:len(insn)-len(r.b)]...)
 	}
 	return out, r.err
+}
+
+// immediates reads the immediates of the instruction op (other than loop).
+func (r *wreader) immediates(op byte) {
+	switch {
+	case op <= 0x01 || op == 0x05 || op == 0x0a || op == 0x0b || op == 0x0f || op == 0x19 ||
+		op == 0x1a || op == 0x1b || op == 0xd1 || op == 0xd3 || op == 0xd5 || (op >= 0x45 && op <= 0xc4):
+		// no immediate
+	case op == 0x02 || op == 0x04 || op == 0x06: // block, if, try
+		r.blocktype()
+	case op == 0x07 || op == 0x08 || op == 0x09 || op == 0x18 || op == 0x0c || op == 0x0d ||
+		op == 0x10 || op == 0x12 || op == 0x14 || op == 0x15 || (op >= 0x20 && op <= 0x26) ||
+		op == 0xd2 || op == 0xd4 || op == 0xd6 || op == 0x3f || op == 0x40:
+		r.u() // one index (memory.size/grow: memory index)
+	case op == 0x0e: // br_table
+		n := r.u()
+		for k := uint64(0); k <= n && r.err == nil; k++ {
+			r.u()
+		}
+	case op == 0x11 || op == 0x13: // call_indirect, return_call_indirect
+		r.u()
+		r.u()
+	case op == 0x1c: // select t*
+		n := r.u()
+		for k := uint64(0); k < n && r.err == nil; k++ {
+			r.valtype()
+		}
+	case op == 0x1f: // try_table blocktype vec(catch)
+		r.tryTable()
+	case op >= 0x28 && op <= 0x3e: // loads and stores
+		r.memarg()
+	case op == 0x41, op == 0x42, op == 0xd0: // i32.const, i64.const, ref.null heaptype
+		r.s()
+	case op == 0x43:
+		r.skip(4)
+	case op == 0x44:
+		r.skip(8)
+	case op == 0xfc:
+		r.misc()
+	case op == 0xfd:
+		r.simd()
+	case op == 0xfe:
+		r.threads()
+	default:
+		r.fail("opcode 0x%02x", op)
+	}
+}
+
+func (r *wreader) tryTable() {
+	r.blocktype()
+	n := r.u()
+	for k := uint64(0); k < n && r.err == nil; k++ {
+		switch kind := r.byte(); kind {
+		case 0x00, 0x01:
+			r.u()
+			r.u()
+		case 0x02, 0x03:
+			r.u()
+		default:
+			r.fail("catch kind 0x%02x", kind)
+		}
+	}
+}
+
+// misc reads the immediates of a 0xfc-prefixed instruction (saturating truncation, bulk
+// memory, tables).
+func (r *wreader) misc() {
+	switch sub := r.u(); {
+	case sub <= 7:
+	case sub == 8 || sub == 10 || sub == 12 || sub == 14:
+		r.u()
+		r.u()
+	case sub == 9 || sub == 11 || sub == 13 || (sub >= 15 && sub <= 17):
+		r.u()
+	default:
+		r.fail("opcode 0xfc %d", sub)
+	}
+}
+
+// simd reads the immediates of a 0xfd-prefixed (SIMD) instruction.
+func (r *wreader) simd() {
+	switch sub := r.u(); {
+	case sub <= 11 || sub == 92 || sub == 93:
+		r.memarg()
+	case sub == 12 || sub == 13:
+		r.skip(16)
+	case sub >= 21 && sub <= 34:
+		r.skip(1)
+	case sub >= 84 && sub <= 91:
+		r.memarg()
+		r.skip(1)
+	case sub <= 0x113:
+	default:
+		r.fail("opcode 0xfd %d", sub)
+	}
+}
+
+// threads reads the immediates of a 0xfe-prefixed (threads) instruction.
+func (r *wreader) threads() {
+	switch sub := r.u(); {
+	case sub == 3:
+		r.skip(1)
+	case sub <= 2 || (sub >= 0x10 && sub <= 0x4e):
+		r.memarg()
+	default:
+		r.fail("opcode 0xfe %d", sub)
+	}
 }
 
 // wreader reads the primitive encodings of the wasm binary format. The first error sticks.

@@ -158,17 +158,7 @@ func Open(ctx context.Context, cfg Config, logger *slog.Logger) (*Plugin, error)
 	if err != nil {
 		return nil, wrap(err)
 	}
-
-	// Deadlines are enforced by instrumenting the module (interrupt.go); a module the
-	// instrumentation cannot handle falls back to wazero's own, much slower, mechanism.
-	instrumented := true
-	if ic, ierr := instrumentModule(code); ierr != nil {
-		instrumented = false
-		logger.Warn("wasm module not instrumented; deadlines enforced by wazero instead (slower calls)",
-			"plugin", cfg.Name, "reason", ierr)
-	} else {
-		code = ic
-	}
+	code, instrumented := instrumentOrFallBack(code, cfg.Name, logger)
 	rtCfg := wazero.NewRuntimeConfig(). // the compiler where wazero supports it, else the interpreter
 						WithCompilationCache(compilationCache).
 						WithCloseOnContextDone(!instrumented).
@@ -184,47 +174,72 @@ func Open(ctx context.Context, cfg Config, logger *slog.Logger) (*Plugin, error)
 		slots:        make(chan *instance, cfg.Instances),
 		closing:      make(chan struct{}),
 	}
-	fail := func(err error) (*Plugin, error) {
+	if err := p.compile(ctx, code); err != nil {
 		_ = rt.Close(ctx)
 		return nil, wrap(err)
 	}
-	if _, err := wasi_snapshot_preview1.Instantiate(ctx, rt); err != nil {
-		return fail(fmt.Errorf("instantiate wasi: %w", err))
-	}
-	if pages, ok := declaredMinPages(code); ok && pages > uint32(cfg.MemoryLimitMiB)*16 {
-		return fail(fmt.Errorf("%w: memory_limit_mib: %d MiB is below the module's initial memory of %d MiB",
-			ErrConfig, cfg.MemoryLimitMiB, (pages+15)/16))
-	}
-	if p.compiled, err = rt.CompileModule(ctx, code); err != nil {
-		return fail(fmt.Errorf("compile %s: %w", cfg.Path, err))
-	}
-	if err := checkModule(p.compiled); err != nil {
-		return fail(err)
-	}
-
-	first, err := p.newInstance(ctx)
-	if err != nil {
-		return fail(err)
-	}
-	p.live.Add(1)
-	if err := p.handshake(ctx, first); err != nil {
-		return fail(err)
-	}
-	p.slots <- first
-	// Fill the other slots now, so the first concurrent requests do not pay for
-	// instantiation (a Go guest's runtime start takes milliseconds).
-	for i := 1; i < cfg.Instances; i++ {
-		in, err := p.newInstance(ctx)
-		if err != nil {
-			return fail(err)
-		}
-		p.live.Add(1)
-		p.slots <- in
+	if err := p.startInstances(ctx); err != nil {
+		_ = rt.Close(ctx)
+		return nil, wrap(err)
 	}
 	p.log.Info("wasm plugin loaded", "path", cfg.Path, "sha256", hex.EncodeToString(sum[:]),
 		"plugin_version", p.info.version, "contract_version", p.contract,
 		"instances", cfg.Instances, "memory_limit_mib", cfg.MemoryLimitMiB, "timeout", cfg.Timeout)
 	return p, nil
+}
+
+// instrumentOrFallBack returns the module instrumented for deadlines (interrupt.go), or,
+// for a module the instrumentation cannot handle, the module as it is and false: wazero's
+// own, much slower, mechanism then enforces them.
+func instrumentOrFallBack(code []byte, name string, logger *slog.Logger) ([]byte, bool) {
+	ic, err := instrumentModule(code)
+	if err != nil {
+		logger.Warn("wasm module not instrumented; deadlines enforced by wazero instead (slower calls)",
+			"plugin", name, "reason", err)
+		return code, false
+	}
+	return ic, true
+}
+
+// compile sets up WASI and compiles and checks the module against the memory limit and
+// the ABI's exports.
+func (p *Plugin) compile(ctx context.Context, code []byte) error {
+	if _, err := wasi_snapshot_preview1.Instantiate(ctx, p.rt); err != nil {
+		return fmt.Errorf("instantiate wasi: %w", err)
+	}
+	if pages, ok := declaredMinPages(code); ok && pages > uint32(p.cfg.MemoryLimitMiB)*16 {
+		return fmt.Errorf("%w: memory_limit_mib: %d MiB is below the module's initial memory of %d MiB",
+			ErrConfig, p.cfg.MemoryLimitMiB, (pages+15)/16)
+	}
+	var err error
+	if p.compiled, err = p.rt.CompileModule(ctx, code); err != nil {
+		return fmt.Errorf("compile %s: %w", p.cfg.Path, err)
+	}
+	return checkModule(p.compiled)
+}
+
+// startInstances instantiates the first instance and shakes hands with it, then fills the
+// other slots now, so the first concurrent requests do not pay for instantiation (a Go
+// guest's runtime start takes milliseconds).
+func (p *Plugin) startInstances(ctx context.Context) error {
+	first, err := p.newInstance(ctx)
+	if err != nil {
+		return err
+	}
+	p.live.Add(1)
+	if err := p.handshake(ctx, first); err != nil {
+		return err
+	}
+	p.slots <- first
+	for i := 1; i < p.cfg.Instances; i++ {
+		in, err := p.newInstance(ctx)
+		if err != nil {
+			return err
+		}
+		p.live.Add(1)
+		p.slots <- in
+	}
+	return nil
 }
 
 // readPinned reads the module and checks it against the pinned sha256.
@@ -443,27 +458,33 @@ func (p *Plugin) invoke(ctx context.Context, op string, which export,
 		p.discard(in)
 		return fail(err)
 	}
+	if err := p.answer(in, frame, decode); err != nil {
+		return fail(err)
+	}
+	return nil
+}
+
+// answer decodes the response frame and gives the instance back, or discards it when the
+// frame is malformed.
+func (p *Plugin) answer(in *instance, frame []byte, decode func([]byte) error) error {
 	if len(frame) == 0 {
 		p.discard(in)
-		return fail(fmt.Errorf("%w: empty response frame; instance replaced", ErrABI))
+		return fmt.Errorf("%w: empty response frame; instance replaced", ErrABI)
 	}
 	switch frame[0] {
 	case frameOK:
-		err = decode(frame[1:])
+		err := decode(frame[1:])
 		p.release(in) // a well-framed but invalid decision is the policy's bug, not corruption
-		if err != nil {
-			return fail(err)
-		}
-		return nil
+		return err
 	case frameError:
 		msg := string(frame[1:])
 		in.forgetPools() // the guest may have failed to decode: its cache is unknown
 		p.release(in)
-		return fail(fmt.Errorf("%w: %s", ErrPolicy, msg))
+		return fmt.Errorf("%w: %s", ErrPolicy, msg)
 	default:
 		p.discard(in)
-		return fail(fmt.Errorf("%w: response frame tag %d, want %d or %d; instance replaced",
-			ErrABI, frame[0], frameOK, frameError))
+		return fmt.Errorf("%w: response frame tag %d, want %d or %d; instance replaced",
+			ErrABI, frame[0], frameOK, frameError)
 	}
 }
 

@@ -58,22 +58,6 @@ func (in *instance) withPoolRefs(dst, req []byte) []byte {
 	b := req
 	pos := 0
 	run := in.refRun[:0] // free+1 (or 0) per pool of the pending run
-	flush := func() {
-		if len(run) == 0 {
-			return
-		}
-		size := protowire.SizeVarint(uint64(len(run)))
-		for _, f := range run {
-			size += protowire.SizeVarint(f)
-		}
-		dst = protowire.AppendTag(dst, fPodReqPoolRefs, protowire.BytesType)
-		dst = protowire.AppendVarint(dst, uint64(size))
-		dst = protowire.AppendVarint(dst, uint64(len(run)))
-		for _, f := range run {
-			dst = protowire.AppendVarint(dst, f)
-		}
-		run = run[:0]
-	}
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {
@@ -85,39 +69,64 @@ func (in *instance) withPoolRefs(dst, req []byte) []byte {
 		}
 		field := b[:n+m]
 		b = b[n+m:]
-		if num != fPodReqPools || typ != protowire.BytesType {
-			flush()
-			dst = append(dst, field...)
-			continue
-		}
-		rec, _ := protowire.ConsumeBytes(field[n:])
-		free, rest, split := splitFree(rec)
-		if pos < len(in.pools) {
-			if c := &in.pools[pos]; c.split == split && bytes.Equal(c.rest, rest) {
-				f := uint64(0)
-				if split {
-					f = free + 1
-				}
+		if num == fPodReqPools && typ == protowire.BytesType {
+			rec, _ := protowire.ConsumeBytes(field[n:])
+			if f, hit := in.mirror(pos, rec); hit {
 				run = append(run, f)
 				pos++
 				continue
 			}
-		} else {
-			in.pools = append(in.pools, pooledRecord{})
+			pos++
 		}
-		flush()
-		c := &in.pools[pos]
-		c.split, c.rest = split, append(c.rest[:0], rest...)
+		dst = appendRefRun(dst, run)
+		run = run[:0]
 		dst = append(dst, field...)
-		pos++
 	}
-	flush()
-	in.refRun = run
+	dst = appendRefRun(dst, run)
+	in.refRun = run[:0]
 	if len(b) > 0 { // malformed: send it as it is, and trust nothing cached
 		in.forgetPools()
 		return append(dst[:start], req...)
 	}
 	in.pools = in.pools[:pos]
+	return dst
+}
+
+// mirror compares the pool record rec, the pos-th of the request, with the one the guest
+// decoded last time at that position. On a hit it returns the reference to send (free+1,
+// or 0 when the record has no leading free count); on a miss it records rec in its place.
+func (in *instance) mirror(pos int, rec []byte) (ref uint64, hit bool) {
+	free, rest, split := splitFree(rec)
+	if pos < len(in.pools) {
+		if c := &in.pools[pos]; c.split == split && bytes.Equal(c.rest, rest) {
+			if split {
+				return free + 1, true
+			}
+			return 0, true
+		}
+	} else {
+		in.pools = append(in.pools, pooledRecord{})
+	}
+	c := &in.pools[pos]
+	c.split, c.rest = split, append(c.rest[:0], rest...)
+	return 0, false
+}
+
+// appendRefRun appends a pool_refs field for the pending run of references, if any.
+func appendRefRun(dst []byte, run []uint64) []byte {
+	if len(run) == 0 {
+		return dst
+	}
+	size := protowire.SizeVarint(uint64(len(run)))
+	for _, f := range run {
+		size += protowire.SizeVarint(f)
+	}
+	dst = protowire.AppendTag(dst, fPodReqPoolRefs, protowire.BytesType)
+	dst = protowire.AppendVarint(dst, uint64(size))
+	dst = protowire.AppendVarint(dst, uint64(len(run)))
+	for _, f := range run {
+		dst = protowire.AppendVarint(dst, f)
+	}
 	return dst
 }
 
