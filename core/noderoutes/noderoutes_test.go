@@ -10,6 +10,7 @@ import (
 
 	"github.com/allot-ipam/allot/test/datapath/topo"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 )
 
 func pfx(s string) netip.Prefix { return netip.MustParsePrefix(s) }
@@ -62,8 +63,12 @@ func TestSyncInNamespaces(t *testing.T) {
 		if err != nil {
 			return err
 		}
+		if err := netlink.LinkSetUp(lo); err != nil {
+			return err
+		}
 		for _, a := range []string{"10.250.1.5/32", "fd00:250:1::5/128"} {
-			if err := netlink.AddrAdd(lo, &netlink.Addr{IPNet: mustIPNet(a)}); err != nil {
+			// NODAD: a tentative IPv6 address cannot be bound, and the listener follows at once.
+			if err := netlink.AddrAdd(lo, &netlink.Addr{IPNet: mustIPNet(a), Flags: unix.IFA_F_NODAD}); err != nil {
 				return err
 			}
 		}

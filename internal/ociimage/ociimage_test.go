@@ -168,7 +168,7 @@ func TestContainerdImports(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	var log bytes.Buffer
+	var log testenv.Buffer
 	cd := exec.CommandContext(ctx, "containerd", "--config", cfg)
 	cd.Stdout, cd.Stderr = &log, &log
 	if err := cd.Start(); err != nil {

@@ -214,52 +214,22 @@ func checkExprMetrics(t *testing.T, where, expr string, known map[string]bool) {
 }
 
 // registeredMetrics reads every metric name allotd's code defines: the Name (with Namespace
-// and Subsystem) of each prometheus *Opts literal and the first argument of each
-// prometheus.NewDesc, in the non-test Go files of core/ and plugins/. Read from the source
-// rather than from a running daemon because no single daemon registers them all (ENI
-// metrics exist only in ENI mode), and a vector without series is not exposed at all.
+// and Subsystem) of each prometheus *Opts literal, the first argument of each
+// prometheus.NewDesc, and the name argument of calls to a package's own metric helpers
+// (a function whose *Opts literal takes its Name from a parameter), in the non-test Go files
+// of core/ and plugins/. Read from the source rather than from a running daemon because no
+// single daemon registers them all (ENI metrics exist only in ENI mode), and a vector without
+// series is not exposed at all.
 func registeredMetrics(t *testing.T) map[string]bool {
 	t.Helper()
 	names := map[string]bool{}
 	root := repoRoot(t)
-	fset := token.NewFileSet()
 	for _, dir := range []string{"core", "plugins"} {
 		err := filepath.WalkDir(filepath.Join(root, dir), func(p string, e fs.DirEntry, err error) error {
-			if err != nil || e.IsDir() || !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
+			if err != nil || !e.IsDir() {
 				return err
 			}
-			f, err := parser.ParseFile(fset, p, nil, 0)
-			if err != nil {
-				return err
-			}
-			ast.Inspect(f, func(n ast.Node) bool {
-				switch n := n.(type) {
-				case *ast.CompositeLit:
-					sel, ok := n.Type.(*ast.SelectorExpr)
-					if !ok || !strings.HasSuffix(sel.Sel.Name, "Opts") {
-						return true
-					}
-					parts := map[string]string{}
-					for _, el := range n.Elts {
-						if kv, ok := el.(*ast.KeyValueExpr); ok {
-							if k, ok := kv.Key.(*ast.Ident); ok {
-								parts[k.Name] = stringLit(kv.Value)
-							}
-						}
-					}
-					if parts["Name"] != "" {
-						names[joinName(parts["Namespace"], parts["Subsystem"], parts["Name"])] = true
-					}
-				case *ast.CallExpr:
-					if sel, ok := n.Fun.(*ast.SelectorExpr); ok && sel.Sel.Name == "NewDesc" && len(n.Args) > 0 {
-						if s := stringLit(n.Args[0]); s != "" {
-							names[s] = true
-						}
-					}
-				}
-				return true
-			})
-			return nil
+			return readPackageMetrics(p, names)
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -272,6 +242,134 @@ func registeredMetrics(t *testing.T) map[string]bool {
 		}
 	}
 	return names
+}
+
+// metricHelper is a function that builds a metric from an *Opts literal whose Name is its
+// parameter number arg, under a fixed Namespace and Subsystem.
+type metricHelper struct {
+	ns, sub string
+	arg     int
+}
+
+// readPackageMetrics adds the metric names the non-test files of one directory define.
+func readPackageMetrics(dir string, names map[string]bool) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	fset := token.NewFileSet()
+	var files []*ast.File
+	for _, e := range ents {
+		n := e.Name()
+		if e.IsDir() || !strings.HasSuffix(n, ".go") || strings.HasSuffix(n, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, filepath.Join(dir, n), nil, 0)
+		if err != nil {
+			return err
+		}
+		files = append(files, f)
+	}
+	helpers := map[string]metricHelper{}
+	for _, f := range files {
+		for _, d := range f.Decls {
+			if fd, ok := d.(*ast.FuncDecl); ok && fd.Body != nil {
+				findHelper(fd, helpers)
+			}
+		}
+	}
+	for _, f := range files {
+		ast.Inspect(f, func(n ast.Node) bool {
+			addMetricName(n, helpers, names)
+			return true
+		})
+	}
+	return nil
+}
+
+// findHelper records fd in helpers when an *Opts literal in it takes Name from a parameter.
+func findHelper(fd *ast.FuncDecl, helpers map[string]metricHelper) {
+	params := map[string]int{}
+	i := 0
+	for _, f := range fd.Type.Params.List {
+		for _, n := range f.Names {
+			params[n.Name] = i
+			i++
+		}
+	}
+	ast.Inspect(fd.Body, func(n ast.Node) bool {
+		lit, ok := n.(*ast.CompositeLit)
+		if !ok || !isOpts(lit) {
+			return true
+		}
+		var h metricHelper
+		nameParam := -1
+		for _, el := range lit.Elts {
+			kv, ok := el.(*ast.KeyValueExpr)
+			if !ok {
+				continue
+			}
+			switch k, _ := kv.Key.(*ast.Ident); {
+			case k == nil:
+			case k.Name == "Namespace":
+				h.ns = stringLit(kv.Value)
+			case k.Name == "Subsystem":
+				h.sub = stringLit(kv.Value)
+			case k.Name == "Name":
+				if id, ok := kv.Value.(*ast.Ident); ok {
+					if at, ok := params[id.Name]; ok {
+						nameParam = at
+					}
+				}
+			}
+		}
+		if nameParam >= 0 {
+			h.arg = nameParam
+			helpers[fd.Name.Name] = h
+		}
+		return true
+	})
+}
+
+func isOpts(lit *ast.CompositeLit) bool {
+	sel, ok := lit.Type.(*ast.SelectorExpr)
+	return ok && strings.HasSuffix(sel.Sel.Name, "Opts")
+}
+
+// addMetricName adds the metric name n defines, if any.
+func addMetricName(n ast.Node, helpers map[string]metricHelper, names map[string]bool) {
+	switch n := n.(type) {
+	case *ast.CompositeLit:
+		if !isOpts(n) {
+			return
+		}
+		parts := map[string]string{}
+		for _, el := range n.Elts {
+			if kv, ok := el.(*ast.KeyValueExpr); ok {
+				if k, ok := kv.Key.(*ast.Ident); ok {
+					parts[k.Name] = stringLit(kv.Value)
+				}
+			}
+		}
+		if parts["Name"] != "" {
+			names[joinName(parts["Namespace"], parts["Subsystem"], parts["Name"])] = true
+		}
+	case *ast.CallExpr:
+		switch fn := n.Fun.(type) {
+		case *ast.SelectorExpr:
+			if fn.Sel.Name == "NewDesc" && len(n.Args) > 0 {
+				if s := stringLit(n.Args[0]); s != "" {
+					names[s] = true
+				}
+			}
+		case *ast.Ident:
+			if h, ok := helpers[fn.Name]; ok && h.arg < len(n.Args) {
+				if s := stringLit(n.Args[h.arg]); s != "" {
+					names[joinName(h.ns, h.sub, s)] = true
+				}
+			}
+		}
+	}
 }
 
 func stringLit(e ast.Expr) string {

@@ -206,22 +206,8 @@ type agent struct {
 	done chan error
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer is the agent's log, read while the agent writes it.
+type syncBuffer struct{ testenv.Buffer }
 
 // lines returns the log lines whose msg is one of msgs, in order.
 func (s *syncBuffer) lines(msgs ...string) []string {
