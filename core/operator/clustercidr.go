@@ -640,19 +640,11 @@ func (r *configReconciler) apply(ctx context.Context, cfg *allotv1.ClusterCIDRCo
 		}
 		upd := cfg.DeepCopy()
 		upd.Status = *want
-		if err := r.client.Status().Update(ctx, upd); err != nil {
-			if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-				return reconcile.Result{RequeueAfter: conflictRetry}, nil
-			}
-			return reconcile.Result{}, fmt.Errorf("update ClusterCIDRConfig %s status: %w", cfg.Name, err)
+		if retry, err := writeStatus(ctx, r.client, upd, "ClusterCIDRConfig "+cfg.Name); retry || err != nil {
+			return reconcile.Result{RequeueAfter: retryAfter(retry)}, err
 		}
 		r.status.written("ccc/" + cfg.Name)
-		for _, ev := range d.events {
-			if ev.refusal != "" {
-				r.m.refusals.WithLabelValues(ev.refusal).Inc()
-			}
-			r.event(upd, corev1.EventTypeWarning, ev.reason, ev.action, "%s", ev.note)
-		}
+		emitEvents(r.m, r.event, upd, d.events)
 	}
 	r.k8sNodeKick.add(waiting...)
 	return reconcile.Result{}, nil

@@ -650,19 +650,11 @@ func (r *ippoolReconciler) apply(ctx context.Context, pool *allotv1.IPPool, d po
 		}
 		upd := pool.DeepCopy()
 		upd.Status = *want
-		if err := r.client.Status().Update(ctx, upd); err != nil {
-			if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-				return reconcile.Result{RequeueAfter: conflictRetry}, nil
-			}
-			return reconcile.Result{}, fmt.Errorf("update IPPool %s status: %w", pool.Name, err)
+		if retry, err := writeStatus(ctx, r.client, upd, "IPPool "+pool.Name); retry || err != nil {
+			return reconcile.Result{RequeueAfter: retryAfter(retry)}, err
 		}
 		r.status.written("ippool/" + pool.Name)
-		for _, ev := range d.events {
-			if ev.refusal != "" {
-				r.m.refusals.WithLabelValues(ev.refusal).Inc()
-			}
-			r.event(upd, corev1.EventTypeWarning, ev.reason, ev.action, "%s", ev.note)
-		}
+		emitEvents(r.m, r.event, upd, d.events)
 	}
 	r.nodeKick.add(unmet...)
 	return reconcile.Result{}, nil

@@ -209,11 +209,8 @@ func (r *sharedPoolStatus) apply(ctx context.Context, pool *allotv1.SharedIPPool
 	}
 	upd := pool.DeepCopy()
 	upd.Status = *want
-	if err := r.client.Status().Update(ctx, upd); err != nil {
-		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-			return reconcile.Result{RequeueAfter: conflictRetry}, nil
-		}
-		return reconcile.Result{}, fmt.Errorf("update SharedIPPool %s status: %w", name, err)
+	if retry, err := writeStatus(ctx, r.client, upd, "SharedIPPool "+name); retry || err != nil {
+		return reconcile.Result{RequeueAfter: retryAfter(retry)}, err
 	}
 	r.status.written("sharedippool/" + name)
 	r.mu.Lock()

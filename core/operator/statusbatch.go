@@ -1,10 +1,15 @@
 package operator
 
 import (
+	"context"
+	"fmt"
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // statusBatch spaces counters-only status writes: at most one per key (kind/name) per delay,
@@ -38,3 +43,33 @@ func (b *statusBatch) written(key string) {
 
 // eventFunc records an Event about obj (operator.event: notes cut to the API's limit).
 type eventFunc func(obj runtime.Object, typ, reason, action, format string, args ...any)
+
+// writeStatus writes upd's status. A conflict or a deleted object is a race the reconcile
+// lost, not a failure: retry asks for another run after conflictRetry.
+func writeStatus(ctx context.Context, c client.Client, upd client.Object, what string) (retry bool, err error) {
+	if err := c.Status().Update(ctx, upd); err != nil {
+		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		return false, fmt.Errorf("update %s status: %w", what, err)
+	}
+	return false, nil
+}
+
+// retryAfter is the requeue delay of a status write that lost a race (none otherwise).
+func retryAfter(retry bool) time.Duration {
+	if retry {
+		return conflictRetry
+	}
+	return 0
+}
+
+// emitEvents records the Events of a written status, counting the refusals among them.
+func emitEvents(m *metrics, event eventFunc, obj runtime.Object, events []pendingEvent) {
+	for _, ev := range events {
+		if ev.refusal != "" {
+			m.refusals.WithLabelValues(ev.refusal).Inc()
+		}
+		event(obj, corev1.EventTypeWarning, ev.reason, ev.action, "%s", ev.note)
+	}
+}

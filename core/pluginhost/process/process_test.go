@@ -2,7 +2,6 @@ package process
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -88,22 +87,7 @@ func sha256File(t testing.TB, path string) string {
 
 // logBuffer collects log output; go-plugin goroutines may log after a test ends, which
 // t.Log would not survive.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+type logBuffer = testenv.Buffer
 
 func testConfig(t testing.TB, bin string) Config {
 	path := testBinary(t, bin)
