@@ -196,7 +196,9 @@ func FuzzDecode(f *testing.F) {
 			if a, ok := got.(*api.Allocation); ok {
 				a.Created = v.(*api.Allocation).Created
 			}
-			if !reflect.DeepEqual(got, v) {
+			// A NaN (a utilization, say) is never DeepEqual to itself: the same encoding
+			// of both sides is then the proof that nothing changed.
+			if !reflect.DeepEqual(got, v) && !bytes.Equal(appendAny(nil, got), appendAny(nil, v)) {
 				t.Fatalf("%s: round trip changed %+v into %+v", op, v, got)
 			}
 		}
