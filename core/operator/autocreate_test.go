@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	allotv1 "github.com/allot-ipam/allot/core/k8s/apis/allot/v1alpha1"
@@ -48,9 +49,14 @@ func TestAutoCreatePools(t *testing.T) {
 		t.Errorf("the user's IPPool was changed: %+v (generation %d)", e.Spec.IPv4, e.Generation)
 	}
 
-	// A user edits the auto-created pool; the next operator start leaves the edit alone.
-	p.Spec.IPv4.CIDRs = append(p.Spec.IPv4.CIDRs, "10.41.0.0/16")
-	if err := h.c.Update(h.ctx, p); err != nil {
+	// A user edits the auto-created pool; the next operator start leaves the edit alone. The
+	// operator writes the pool's status meanwhile, so the edit retries on a conflict as kubectl
+	// edit would.
+	if err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+		p := get("auto")
+		p.Spec.IPv4.CIDRs = append(p.Spec.IPv4.CIDRs, "10.41.0.0/16")
+		return h.c.Update(h.ctx, p)
+	}); err != nil {
 		t.Fatal(err)
 	}
 	gen := get("auto").Generation

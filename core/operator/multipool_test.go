@@ -157,12 +157,12 @@ func TestRunTimeGrowth(t *testing.T) {
 		t.Errorf("exhausted metric = %v", v)
 	}
 
-	// Grow the pool at run time.
-	p := h.getPool("small")
-	p.Spec.IPv4.CIDRs = append(p.Spec.IPv4.CIDRs, "10.21.0.0/26")
-	if err := h.c.Update(h.ctx, p); err != nil {
-		t.Fatal(err)
-	}
+	// Grow the pool at run time (the operator writes its status meanwhile: retry on conflict).
+	eventually(t, waitFor, "grow pool small", func() error {
+		p := h.getPool("small")
+		p.Spec.IPv4.CIDRs = append(p.Spec.IPv4.CIDRs, "10.21.0.0/26")
+		return h.c.Update(h.ctx, p)
+	})
 	h.waitFulfilled(waitFor, last)
 	if got := h.getAllotNode(last).Spec.IPAM.Pools.Allocated[0].CIDRs; !slices.Equal(got, []string{"10.21.0.0/26"}) {
 		t.Errorf("%s got %v", last, got)

@@ -195,11 +195,12 @@ func TestSharedPoolStatus(t *testing.T) {
 	h.deleteNow(h.getSharedPool("q"))
 
 	// Removing a held address: the claim stays and the pool says so.
-	p := h.getSharedPool("p")
-	p.Spec.IPv4.IPs = []string{"10.0.0.11-10.0.0.13"}
-	if err := h.c.Update(h.ctx, p); err != nil {
-		t.Fatal(err)
-	}
+	// The operator writes the pool's status meanwhile: retry on conflict.
+	eventually(t, waitFor, "shrink pool p", func() error {
+		p := h.getSharedPool("p")
+		p.Spec.IPv4.IPs = []string{"10.0.0.11-10.0.0.13"}
+		return h.c.Update(h.ctx, p)
+	})
 	eventually(t, waitFor, "removal refused", func() error {
 		p := h.getSharedPool("p")
 		c := condition(p.Status.Conditions, allotv1.ConditionReady)

@@ -96,6 +96,10 @@ func (cl *cluster) node(name string, hook func(context.Context, *v1alpha1.Addres
 		Node: name, Client: live, Logger: testLogger().With("node", name),
 		Policy:     func(string) policy.PoolPolicy { return pol },
 		PodContext: podContext(c, live, name), AfterClaim: hook,
+		// CI runs many API servers at once and a pod read that misses the cache can take
+		// seconds; these tests are about contention and durability, not latency, so the
+		// pod lookup is not cut at the 2 s default (the kubelet would retry the ADD).
+		PolicyTimeout: 20 * time.Second,
 	})
 	if err != nil {
 		t.Fatal(err)
