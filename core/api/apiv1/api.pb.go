@@ -1215,6 +1215,592 @@ func (x *PluginList) GetPlugins() []*PluginStatus {
 	return nil
 }
 
+// ExplainRequest asks why a pod's interfaces got their addresses (allotctl explain): the last
+// decisions recorded, or with dry_run the decision an ADD would get now, taking nothing.
+type ExplainRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Pod           *PodRef                `protobuf:"bytes,1,opt,name=pod,proto3" json:"pod,omitempty"`
+	Owner         *Owner                 `protobuf:"bytes,2,opt,name=owner,proto3" json:"owner,omitempty"`
+	DryRun        *DryRun                `protobuf:"bytes,3,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExplainRequest) Reset() {
+	*x = ExplainRequest{}
+	mi := &file_allot_api_v1_api_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExplainRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExplainRequest) ProtoMessage() {}
+
+func (x *ExplainRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_allot_api_v1_api_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExplainRequest.ProtoReflect.Descriptor instead.
+func (*ExplainRequest) Descriptor() ([]byte, []int) {
+	return file_allot_api_v1_api_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *ExplainRequest) GetPod() *PodRef {
+	if x != nil {
+		return x.Pod
+	}
+	return nil
+}
+
+func (x *ExplainRequest) GetOwner() *Owner {
+	if x != nil {
+		return x.Owner
+	}
+	return nil
+}
+
+func (x *ExplainRequest) GetDryRun() *DryRun {
+	if x != nil {
+		return x.DryRun
+	}
+	return nil
+}
+
+// DryRun is an ADD to decide without effect, with the pod as its manifest has it.
+type DryRun struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Request       *AllocateRequest       `protobuf:"bytes,1,opt,name=request,proto3" json:"request,omitempty"`
+	Labels        map[string]string      `protobuf:"bytes,2,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Annotations   map[string]string      `protobuf:"bytes,3,rep,name=annotations,proto3" json:"annotations,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	OwnerKind     string                 `protobuf:"bytes,4,opt,name=owner_kind,json=ownerKind,proto3" json:"owner_kind,omitempty"`
+	OwnerName     string                 `protobuf:"bytes,5,opt,name=owner_name,json=ownerName,proto3" json:"owner_name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DryRun) Reset() {
+	*x = DryRun{}
+	mi := &file_allot_api_v1_api_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DryRun) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DryRun) ProtoMessage() {}
+
+func (x *DryRun) ProtoReflect() protoreflect.Message {
+	mi := &file_allot_api_v1_api_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DryRun.ProtoReflect.Descriptor instead.
+func (*DryRun) Descriptor() ([]byte, []int) {
+	return file_allot_api_v1_api_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *DryRun) GetRequest() *AllocateRequest {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+func (x *DryRun) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
+func (x *DryRun) GetAnnotations() map[string]string {
+	if x != nil {
+		return x.Annotations
+	}
+	return nil
+}
+
+func (x *DryRun) GetOwnerKind() string {
+	if x != nil {
+		return x.OwnerKind
+	}
+	return ""
+}
+
+func (x *DryRun) GetOwnerName() string {
+	if x != nil {
+		return x.OwnerName
+	}
+	return ""
+}
+
+type ExplainResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Explanations  []*Explanation         `protobuf:"bytes,1,rep,name=explanations,proto3" json:"explanations,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExplainResponse) Reset() {
+	*x = ExplainResponse{}
+	mi := &file_allot_api_v1_api_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExplainResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExplainResponse) ProtoMessage() {}
+
+func (x *ExplainResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_allot_api_v1_api_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExplainResponse.ProtoReflect.Descriptor instead.
+func (*ExplainResponse) Descriptor() ([]byte, []int) {
+	return file_allot_api_v1_api_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *ExplainResponse) GetExplanations() []*Explanation {
+	if x != nil {
+		return x.Explanations
+	}
+	return nil
+}
+
+// Explanation is how one ADD was decided: policies in order, every pool's verdict, the
+// addresses taken or the error.
+type Explanation struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Owner   *Owner                 `protobuf:"bytes,1,opt,name=owner,proto3" json:"owner,omitempty"`
+	Network string                 `protobuf:"bytes,2,opt,name=network,proto3" json:"network,omitempty"`
+	Pod     *PodRef                `protobuf:"bytes,3,opt,name=pod,proto3" json:"pod,omitempty"`
+	// Nanoseconds since the Unix epoch.
+	TimeUnixNano  int64            `protobuf:"varint,4,opt,name=time_unix_nano,json=time,proto3" json:"time_unix_nano,omitempty"`
+	DryRun        bool             `protobuf:"varint,5,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	Service       string           `protobuf:"bytes,6,opt,name=service,proto3" json:"service,omitempty"`
+	Policies      []*PolicyStep    `protobuf:"bytes,7,rep,name=policies,proto3" json:"policies,omitempty"`
+	Pools         []*PoolVerdict   `protobuf:"bytes,8,rep,name=pools,proto3" json:"pools,omitempty"`
+	Addresses     []*ChosenAddress `protobuf:"bytes,9,rep,name=addresses,proto3" json:"addresses,omitempty"`
+	Error         *Error           `protobuf:"bytes,10,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Explanation) Reset() {
+	*x = Explanation{}
+	mi := &file_allot_api_v1_api_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Explanation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Explanation) ProtoMessage() {}
+
+func (x *Explanation) ProtoReflect() protoreflect.Message {
+	mi := &file_allot_api_v1_api_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Explanation.ProtoReflect.Descriptor instead.
+func (*Explanation) Descriptor() ([]byte, []int) {
+	return file_allot_api_v1_api_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *Explanation) GetOwner() *Owner {
+	if x != nil {
+		return x.Owner
+	}
+	return nil
+}
+
+func (x *Explanation) GetNetwork() string {
+	if x != nil {
+		return x.Network
+	}
+	return ""
+}
+
+func (x *Explanation) GetPod() *PodRef {
+	if x != nil {
+		return x.Pod
+	}
+	return nil
+}
+
+func (x *Explanation) GetTimeUnixNano() int64 {
+	if x != nil {
+		return x.TimeUnixNano
+	}
+	return 0
+}
+
+func (x *Explanation) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
+func (x *Explanation) GetService() string {
+	if x != nil {
+		return x.Service
+	}
+	return ""
+}
+
+func (x *Explanation) GetPolicies() []*PolicyStep {
+	if x != nil {
+		return x.Policies
+	}
+	return nil
+}
+
+func (x *Explanation) GetPools() []*PoolVerdict {
+	if x != nil {
+		return x.Pools
+	}
+	return nil
+}
+
+func (x *Explanation) GetAddresses() []*ChosenAddress {
+	if x != nil {
+		return x.Addresses
+	}
+	return nil
+}
+
+func (x *Explanation) GetError() *Error {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+type PolicyStep struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Policy        string                 `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
+	Code          string                 `protobuf:"bytes,2,opt,name=code,proto3" json:"code,omitempty"`
+	Cause         string                 `protobuf:"bytes,3,opt,name=cause,proto3" json:"cause,omitempty"`
+	Reason        string                 `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	Source        string                 `protobuf:"bytes,5,opt,name=source,proto3" json:"source,omitempty"`
+	Ipv4          []string               `protobuf:"bytes,6,rep,name=ipv4,proto3" json:"ipv4,omitempty"`
+	Ipv6          []string               `protobuf:"bytes,7,rep,name=ipv6,proto3" json:"ipv6,omitempty"`
+	Error         string                 `protobuf:"bytes,8,opt,name=error,proto3" json:"error,omitempty"`
+	Fallback      bool                   `protobuf:"varint,9,opt,name=fallback,proto3" json:"fallback,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PolicyStep) Reset() {
+	*x = PolicyStep{}
+	mi := &file_allot_api_v1_api_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PolicyStep) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PolicyStep) ProtoMessage() {}
+
+func (x *PolicyStep) ProtoReflect() protoreflect.Message {
+	mi := &file_allot_api_v1_api_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PolicyStep.ProtoReflect.Descriptor instead.
+func (*PolicyStep) Descriptor() ([]byte, []int) {
+	return file_allot_api_v1_api_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *PolicyStep) GetPolicy() string {
+	if x != nil {
+		return x.Policy
+	}
+	return ""
+}
+
+func (x *PolicyStep) GetCode() string {
+	if x != nil {
+		return x.Code
+	}
+	return ""
+}
+
+func (x *PolicyStep) GetCause() string {
+	if x != nil {
+		return x.Cause
+	}
+	return ""
+}
+
+func (x *PolicyStep) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *PolicyStep) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+func (x *PolicyStep) GetIpv4() []string {
+	if x != nil {
+		return x.Ipv4
+	}
+	return nil
+}
+
+func (x *PolicyStep) GetIpv6() []string {
+	if x != nil {
+		return x.Ipv6
+	}
+	return nil
+}
+
+func (x *PolicyStep) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *PolicyStep) GetFallback() bool {
+	if x != nil {
+		return x.Fallback
+	}
+	return false
+}
+
+type PoolVerdict struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Pool          string                 `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
+	Family        string                 `protobuf:"bytes,2,opt,name=family,proto3" json:"family,omitempty"`
+	Verdict       string                 `protobuf:"bytes,3,opt,name=verdict,proto3" json:"verdict,omitempty"`
+	By            string                 `protobuf:"bytes,4,opt,name=by,proto3" json:"by,omitempty"`
+	Cause         string                 `protobuf:"bytes,5,opt,name=cause,proto3" json:"cause,omitempty"`
+	Reason        string                 `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
+	Free          uint64                 `protobuf:"varint,7,opt,name=free,proto3" json:"free,omitempty"`
+	Total         uint64                 `protobuf:"varint,8,opt,name=total,proto3" json:"total,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PoolVerdict) Reset() {
+	*x = PoolVerdict{}
+	mi := &file_allot_api_v1_api_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PoolVerdict) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PoolVerdict) ProtoMessage() {}
+
+func (x *PoolVerdict) ProtoReflect() protoreflect.Message {
+	mi := &file_allot_api_v1_api_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PoolVerdict.ProtoReflect.Descriptor instead.
+func (*PoolVerdict) Descriptor() ([]byte, []int) {
+	return file_allot_api_v1_api_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *PoolVerdict) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+func (x *PoolVerdict) GetFamily() string {
+	if x != nil {
+		return x.Family
+	}
+	return ""
+}
+
+func (x *PoolVerdict) GetVerdict() string {
+	if x != nil {
+		return x.Verdict
+	}
+	return ""
+}
+
+func (x *PoolVerdict) GetBy() string {
+	if x != nil {
+		return x.By
+	}
+	return ""
+}
+
+func (x *PoolVerdict) GetCause() string {
+	if x != nil {
+		return x.Cause
+	}
+	return ""
+}
+
+func (x *PoolVerdict) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *PoolVerdict) GetFree() uint64 {
+	if x != nil {
+		return x.Free
+	}
+	return 0
+}
+
+func (x *PoolVerdict) GetTotal() uint64 {
+	if x != nil {
+		return x.Total
+	}
+	return 0
+}
+
+type ChosenAddress struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Address       string                 `protobuf:"bytes,1,opt,name=address,proto3" json:"address,omitempty"`
+	Pool          string                 `protobuf:"bytes,2,opt,name=pool,proto3" json:"pool,omitempty"`
+	Family        string                 `protobuf:"bytes,3,opt,name=family,proto3" json:"family,omitempty"`
+	Block         string                 `protobuf:"bytes,4,opt,name=block,proto3" json:"block,omitempty"`
+	Gateway       string                 `protobuf:"bytes,5,opt,name=gateway,proto3" json:"gateway,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChosenAddress) Reset() {
+	*x = ChosenAddress{}
+	mi := &file_allot_api_v1_api_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChosenAddress) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChosenAddress) ProtoMessage() {}
+
+func (x *ChosenAddress) ProtoReflect() protoreflect.Message {
+	mi := &file_allot_api_v1_api_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChosenAddress.ProtoReflect.Descriptor instead.
+func (*ChosenAddress) Descriptor() ([]byte, []int) {
+	return file_allot_api_v1_api_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *ChosenAddress) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *ChosenAddress) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+func (x *ChosenAddress) GetFamily() string {
+	if x != nil {
+		return x.Family
+	}
+	return ""
+}
+
+func (x *ChosenAddress) GetBlock() string {
+	if x != nil {
+		return x.Block
+	}
+	return ""
+}
+
+func (x *ChosenAddress) GetGateway() string {
+	if x != nil {
+		return x.Gateway
+	}
+	return ""
+}
+
 var File_allot_api_v1_api_proto protoreflect.FileDescriptor
 
 const file_allot_api_v1_api_proto_rawDesc = "" +
@@ -1304,7 +1890,65 @@ const file_allot_api_v1_api_proto_rawDesc = "" +
 	"last_error\x18\b \x01(\tR\tlastError\"B\n" +
 	"\n" +
 	"PluginList\x124\n" +
-	"\aplugins\x18\x01 \x03(\v2\x1a.allot.api.v1.PluginStatusR\apluginsB2Z0github.com/allot-ipam/allot/core/api/apiv1;apiv1b\x06proto3"
+	"\aplugins\x18\x01 \x03(\v2\x1a.allot.api.v1.PluginStatusR\aplugins\"\x92\x01\n" +
+	"\x0eExplainRequest\x12&\n" +
+	"\x03pod\x18\x01 \x01(\v2\x14.allot.api.v1.PodRefR\x03pod\x12)\n" +
+	"\x05owner\x18\x02 \x01(\v2\x13.allot.api.v1.OwnerR\x05owner\x12-\n" +
+	"\adry_run\x18\x03 \x01(\v2\x14.allot.api.v1.DryRunR\x06dryRun\"\xfd\x02\n" +
+	"\x06DryRun\x127\n" +
+	"\arequest\x18\x01 \x01(\v2\x1d.allot.api.v1.AllocateRequestR\arequest\x128\n" +
+	"\x06labels\x18\x02 \x03(\v2 .allot.api.v1.DryRun.LabelsEntryR\x06labels\x12G\n" +
+	"\vannotations\x18\x03 \x03(\v2%.allot.api.v1.DryRun.AnnotationsEntryR\vannotations\x12\x1d\n" +
+	"\n" +
+	"owner_kind\x18\x04 \x01(\tR\townerKind\x12\x1d\n" +
+	"\n" +
+	"owner_name\x18\x05 \x01(\tR\townerName\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a>\n" +
+	"\x10AnnotationsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"P\n" +
+	"\x0fExplainResponse\x12=\n" +
+	"\fexplanations\x18\x01 \x03(\v2\x19.allot.api.v1.ExplanationR\fexplanations\"\x98\x03\n" +
+	"\vExplanation\x12)\n" +
+	"\x05owner\x18\x01 \x01(\v2\x13.allot.api.v1.OwnerR\x05owner\x12\x18\n" +
+	"\anetwork\x18\x02 \x01(\tR\anetwork\x12&\n" +
+	"\x03pod\x18\x03 \x01(\v2\x14.allot.api.v1.PodRefR\x03pod\x12\x1c\n" +
+	"\x0etime_unix_nano\x18\x04 \x01(\x03R\x04time\x12\x17\n" +
+	"\adry_run\x18\x05 \x01(\bR\x06dryRun\x12\x18\n" +
+	"\aservice\x18\x06 \x01(\tR\aservice\x124\n" +
+	"\bpolicies\x18\a \x03(\v2\x18.allot.api.v1.PolicyStepR\bpolicies\x12/\n" +
+	"\x05pools\x18\b \x03(\v2\x19.allot.api.v1.PoolVerdictR\x05pools\x129\n" +
+	"\taddresses\x18\t \x03(\v2\x1b.allot.api.v1.ChosenAddressR\taddresses\x12)\n" +
+	"\x05error\x18\n" +
+	" \x01(\v2\x13.allot.api.v1.ErrorR\x05error\"\xd8\x01\n" +
+	"\n" +
+	"PolicyStep\x12\x16\n" +
+	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x12\n" +
+	"\x04code\x18\x02 \x01(\tR\x04code\x12\x14\n" +
+	"\x05cause\x18\x03 \x01(\tR\x05cause\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x16\n" +
+	"\x06source\x18\x05 \x01(\tR\x06source\x12\x12\n" +
+	"\x04ipv4\x18\x06 \x03(\tR\x04ipv4\x12\x12\n" +
+	"\x04ipv6\x18\a \x03(\tR\x04ipv6\x12\x14\n" +
+	"\x05error\x18\b \x01(\tR\x05error\x12\x1a\n" +
+	"\bfallback\x18\t \x01(\bR\bfallback\"\xbb\x01\n" +
+	"\vPoolVerdict\x12\x12\n" +
+	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x16\n" +
+	"\x06family\x18\x02 \x01(\tR\x06family\x12\x18\n" +
+	"\averdict\x18\x03 \x01(\tR\averdict\x12\x0e\n" +
+	"\x02by\x18\x04 \x01(\tR\x02by\x12\x14\n" +
+	"\x05cause\x18\x05 \x01(\tR\x05cause\x12\x16\n" +
+	"\x06reason\x18\x06 \x01(\tR\x06reason\x12\x12\n" +
+	"\x04free\x18\a \x01(\x04R\x04free\x12\x14\n" +
+	"\x05total\x18\b \x01(\x04R\x05total\"\x85\x01\n" +
+	"\rChosenAddress\x12\x18\n" +
+	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x12\n" +
+	"\x04pool\x18\x02 \x01(\tR\x04pool\x12\x16\n" +
+	"\x06family\x18\x03 \x01(\tR\x06family\x12\x14\n" +
+	"\x05block\x18\x04 \x01(\tR\x05block\x12\x18\n" +
+	"\agateway\x18\x05 \x01(\tR\agatewayB2Z0github.com/allot-ipam/allot/core/api/apiv1;apiv1b\x06proto3"
 
 var (
 	file_allot_api_v1_api_proto_rawDescOnce sync.Once
@@ -1318,7 +1962,7 @@ func file_allot_api_v1_api_proto_rawDescGZIP() []byte {
 	return file_allot_api_v1_api_proto_rawDescData
 }
 
-var file_allot_api_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_allot_api_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_allot_api_v1_api_proto_goTypes = []any{
 	(*Owner)(nil),           // 0: allot.api.v1.Owner
 	(*PodRef)(nil),          // 1: allot.api.v1.PodRef
@@ -1339,6 +1983,15 @@ var file_allot_api_v1_api_proto_goTypes = []any{
 	(*AllocationList)(nil),  // 16: allot.api.v1.AllocationList
 	(*PluginStatus)(nil),    // 17: allot.api.v1.PluginStatus
 	(*PluginList)(nil),      // 18: allot.api.v1.PluginList
+	(*ExplainRequest)(nil),  // 19: allot.api.v1.ExplainRequest
+	(*DryRun)(nil),          // 20: allot.api.v1.DryRun
+	(*ExplainResponse)(nil), // 21: allot.api.v1.ExplainResponse
+	(*Explanation)(nil),     // 22: allot.api.v1.Explanation
+	(*PolicyStep)(nil),      // 23: allot.api.v1.PolicyStep
+	(*PoolVerdict)(nil),     // 24: allot.api.v1.PoolVerdict
+	(*ChosenAddress)(nil),   // 25: allot.api.v1.ChosenAddress
+	nil,                     // 26: allot.api.v1.DryRun.LabelsEntry
+	nil,                     // 27: allot.api.v1.DryRun.AnnotationsEntry
 }
 var file_allot_api_v1_api_proto_depIdxs = []int32{
 	0,  // 0: allot.api.v1.AllocateRequest.owner:type_name -> allot.api.v1.Owner
@@ -1357,11 +2010,24 @@ var file_allot_api_v1_api_proto_depIdxs = []int32{
 	13, // 13: allot.api.v1.PoolList.pools:type_name -> allot.api.v1.PoolStatus
 	10, // 14: allot.api.v1.AllocationList.allocations:type_name -> allot.api.v1.Allocation
 	17, // 15: allot.api.v1.PluginList.plugins:type_name -> allot.api.v1.PluginStatus
-	16, // [16:16] is the sub-list for method output_type
-	16, // [16:16] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	1,  // 16: allot.api.v1.ExplainRequest.pod:type_name -> allot.api.v1.PodRef
+	0,  // 17: allot.api.v1.ExplainRequest.owner:type_name -> allot.api.v1.Owner
+	20, // 18: allot.api.v1.ExplainRequest.dry_run:type_name -> allot.api.v1.DryRun
+	2,  // 19: allot.api.v1.DryRun.request:type_name -> allot.api.v1.AllocateRequest
+	26, // 20: allot.api.v1.DryRun.labels:type_name -> allot.api.v1.DryRun.LabelsEntry
+	27, // 21: allot.api.v1.DryRun.annotations:type_name -> allot.api.v1.DryRun.AnnotationsEntry
+	22, // 22: allot.api.v1.ExplainResponse.explanations:type_name -> allot.api.v1.Explanation
+	0,  // 23: allot.api.v1.Explanation.owner:type_name -> allot.api.v1.Owner
+	1,  // 24: allot.api.v1.Explanation.pod:type_name -> allot.api.v1.PodRef
+	23, // 25: allot.api.v1.Explanation.policies:type_name -> allot.api.v1.PolicyStep
+	24, // 26: allot.api.v1.Explanation.pools:type_name -> allot.api.v1.PoolVerdict
+	25, // 27: allot.api.v1.Explanation.addresses:type_name -> allot.api.v1.ChosenAddress
+	11, // 28: allot.api.v1.Explanation.error:type_name -> allot.api.v1.Error
+	29, // [29:29] is the sub-list for method output_type
+	29, // [29:29] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_allot_api_v1_api_proto_init() }
@@ -1375,7 +2041,7 @@ func file_allot_api_v1_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_allot_api_v1_api_proto_rawDesc), len(file_allot_api_v1_api_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   19,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -49,6 +49,7 @@ const (
 	OpPools       Op = 6
 	OpAllocations Op = 7
 	OpPlugins     Op = 8
+	OpExplain     Op = 9
 )
 
 func (o Op) String() string {
@@ -71,6 +72,8 @@ func (o Op) String() string {
 		return "allocations"
 	case OpPlugins:
 		return "plugins"
+	case OpExplain:
+		return "explain"
 	}
 	return fmt.Sprintf("op(%d)", uint8(o))
 }

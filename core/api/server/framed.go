@@ -298,6 +298,8 @@ func (fc *framedConn) decode(op frame.Op, p []byte) (func(context.Context, []byt
 		return listCall(svc.Allocations, frame.AppendAllocations), nil
 	case frame.OpPlugins:
 		return listCall(svc.Plugins, frame.AppendPlugins), nil
+	case frame.OpExplain:
+		return explainCall(svc, p)
 	}
 	return nil, api.InvalidField("op", "unknown operation %d", uint8(op))
 }

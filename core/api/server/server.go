@@ -34,6 +34,7 @@ func newHandler(svc api.Service, log *slog.Logger, lim *limiter) http.Handler {
 	mux.HandleFunc("POST /v1/release", post(h, func(ctx context.Context, r *api.ReleaseRequest) (*struct{}, error) {
 		return &struct{}{}, svc.Release(ctx, r)
 	}))
+	mux.HandleFunc("POST /v1/explain", post(h, explainer(svc).Explain))
 	mux.HandleFunc("GET /v1/status", get(h, svc.Status))
 	mux.HandleFunc("GET /v1/pools", get(h, func(ctx context.Context) (*[]api.PoolStatus, error) {
 		p, err := svc.Pools(ctx)
