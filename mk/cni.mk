@@ -2,7 +2,9 @@
 #
 #   make e2e         end-to-end tests with the real binaries, cnitool and the bridge plugin
 #                    in network namespaces (root; otherwise skips with the reason, or fails under CI)
-#   make bench-cni   1,000 ADDs then 1,000 DELs, 8 workers: allot-cni vs host-local, a table
+#   make bench-cni   1,000 ADDs then 1,000 DELs, 8 workers: allot-cni vs host-local and the floor
+#                    (a trivial static binary exec'd the same way), a table with the ratios;
+#                    CNIBENCH_FLAGS=-nosync runs allotd without fsync to show fsync's share
 #   make cni-tools   install the pinned CNI tools (hack/install-cni-tools.sh)
 
 # Pinned CNI tool versions (cnitool comes from the cni repo, the plugins from plugins).

@@ -2,7 +2,9 @@
 // parallel workers, each an exec of the IPAM plugin binary with the CNI environment and
 // stdin a runtime would give it, for allot-cni (against a freshly started allotd on a temp
 // store, fsync on) and for host-local, the reference CNI IPAM. Both hand out one IPv4 and
-// one IPv6 address per ADD. It prints a table and the ratios host-local/allot.
+// one IPv6 address per ADD. A third row is the floor: a trivial static Go binary, built here,
+// that reads stdin and prints a fixed result, exec'd the same way; no IPAM can beat it. It
+// prints a table and the ratios allot/host-local and allot/floor of the same run.
 //
 //	go run ./test/cnibench -n 1000 -workers 8          (make bench-cni)
 package main
@@ -37,6 +39,7 @@ type options struct {
 	dir        string
 	only       string
 	startup    int
+	noSync     bool
 }
 
 func main() {
@@ -52,8 +55,9 @@ func main() {
 	flag.StringVar(&o.allotd, "allotd", "", "allotd binary (default: go build ./cmd/allotd)")
 	flag.StringVar(&o.hostLocal, "host-local", filepath.Join(cache, "cni-v1.9.1", "host-local"), "host-local binary (hack/install-cni-tools.sh)")
 	flag.StringVar(&o.dir, "dir", "", "where stores and data dirs go (default: a new temp dir; must be a real disk for fsync to count)")
-	flag.StringVar(&o.only, "only", "", "run only \"allot\" or \"host-local\"")
+	flag.StringVar(&o.only, "only", "", "run only \"allot\", \"host-local\" or \"floor\"")
 	flag.IntVar(&o.startup, "startup", 200, "also time this many VERSION execs per plugin (start-up cost alone); 0 skips")
+	flag.BoolVar(&o.noSync, "nosync", false, "run allotd without fsync (store.noSync), to measure fsync's share")
 	flag.Parse()
 	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "cnibench:", err)
@@ -80,61 +84,115 @@ func run(o options) error {
 		fmt.Fprintf(os.Stderr, "cnibench: warning: %s is on %s, fsync costs nothing there; use -dir on a disk\n", dir, fs)
 	}
 
-	var results []*phaseResult
-	var startups []*phaseResult
-	if o.only != "host-local" {
-		if err := buildIfEmpty(&o.allotCNI, dir, "./cmd/allot-cni"); err != nil {
-			return err
+	var results, startups []*phaseResult
+	type contender struct {
+		name string
+		run  func() (*phaseResult, error)
+		bin  *string
+	}
+	floorBin := ""
+	for _, c := range []contender{
+		{"allot", func() (*phaseResult, error) { return runAllot(&o, dir) }, &o.allotCNI},
+		{"host-local", func() (*phaseResult, error) { return runHostLocal(o, dir) }, &o.hostLocal},
+		{"floor", func() (*phaseResult, error) { return runFloor(o, dir, &floorBin) }, &floorBin},
+	} {
+		if o.only != "" && o.only != c.name {
+			continue
 		}
-		if err := buildIfEmpty(&o.allotd, dir, "./cmd/allotd"); err != nil {
-			return err
-		}
-		d, err := startDaemon(o.allotd, filepath.Join(dir, "allotd"))
-		if err != nil {
-			return err
-		}
-		cpu0 := d.cpu()
-		r, err := benchPlugin(o, "allot-cni", o.allotCNI, d.netconf())
-		if err == nil {
-			r.daemonCPU = d.cpu() - cpu0
-			err = d.expectAllocations(0)
-		}
-		d.stop()
+		r, err := c.run()
 		if err != nil {
 			return err
 		}
 		results = append(results, r)
-	}
-	if o.only != "allot" {
-		if _, err := os.Stat(o.hostLocal); err != nil {
-			return fmt.Errorf("host-local: %w (run hack/install-cni-tools.sh or pass -host-local)", err)
-		}
-		dataDir := filepath.Join(dir, "host-local")
-		conf := fmt.Sprintf(`{"cniVersion":"1.1.0","name":"bench","ipam":{"type":"host-local","dataDir":%q,`+
-			`"ranges":[[{"subnet":"10.129.0.0/16"}],[{"subnet":"fd00:129::/64"}]]}}`, dataDir)
-		r, err := benchPlugin(o, "host-local v1.9.1", o.hostLocal, []byte(conf))
-		if err != nil {
-			return err
-		}
-		results = append(results, r)
-	}
-	if o.startup > 0 {
-		so := o
-		so.n = o.startup
-		for _, bin := range []struct{ name, path string }{{"allot-cni", o.allotCNI}, {"host-local v1.9.1", o.hostLocal}} {
-			if bin.path == "" || (o.only == "allot" && bin.name != "allot-cni") || (o.only == "host-local" && bin.name == "allot-cni") {
-				continue
-			}
-			r, err := runPhase(so, bin.path, "VERSION", nil)
+		if o.startup > 0 {
+			so := o
+			so.n = o.startup
+			s, err := runPhase(so, *c.bin, "VERSION", nil)
 			if err != nil {
-				return fmt.Errorf("%s VERSION: %w", bin.name, err)
+				return fmt.Errorf("%s VERSION: %w", r.plugin, err)
 			}
-			r.plugin = bin.name
-			startups = append(startups, r)
+			s.plugin = r.plugin
+			startups = append(startups, s)
 		}
 	}
 	printTable(o, dir, results, startups)
 	return nil
+}
+
+// runAllot runs allot-cni against a fresh allotd, building both when no path is given.
+func runAllot(o *options, dir string) (*phaseResult, error) {
+	if err := buildIfEmpty(&o.allotCNI, dir, "./cmd/allot-cni"); err != nil {
+		return nil, err
+	}
+	if err := buildIfEmpty(&o.allotd, dir, "./cmd/allotd"); err != nil {
+		return nil, err
+	}
+	d, err := startDaemon(o.allotd, filepath.Join(dir, "allotd"), o.noSync)
+	if err != nil {
+		return nil, err
+	}
+	defer d.stop()
+	cpu0 := d.cpu()
+	r, err := benchPlugin(*o, "allot-cni", o.allotCNI, d.netconf())
+	if err != nil {
+		return nil, err
+	}
+	r.daemonCPU = d.cpu() - cpu0
+	return r, d.expectAllocations(0)
+}
+
+func runHostLocal(o options, dir string) (*phaseResult, error) {
+	if _, err := os.Stat(o.hostLocal); err != nil {
+		return nil, fmt.Errorf("host-local: %w (run hack/install-cni-tools.sh or pass -host-local)", err)
+	}
+	dataDir := filepath.Join(dir, "host-local")
+	conf := fmt.Sprintf(`{"cniVersion":"1.1.0","name":"bench","ipam":{"type":"host-local","dataDir":%q,`+
+		`"ranges":[[{"subnet":"10.129.0.0/16"}],[{"subnet":"fd00:129::/64"}]]}}`, dataDir)
+	return benchPlugin(o, "host-local v1.9.1", o.hostLocal, []byte(conf))
+}
+
+// floorSource is the floor: what any exec'd IPAM plugin does at the least (read the
+// configuration, print a dual-stack result), with nothing behind it.
+const floorSource = `package main
+
+import (
+	"io"
+	"os"
+)
+
+const result = ` + "`" + `{"cniVersion":"1.1.0","ips":[{"address":"10.130.0.2/16","gateway":"10.130.0.1"},` +
+	`{"address":"fd00:130::2/64","gateway":"fd00:130::1"}],"routes":[{"dst":"0.0.0.0/0"},{"dst":"::/0"}],"dns":{}}` + "`" + `
+
+func main() {
+	if _, err := io.ReadAll(os.Stdin); err != nil {
+		os.Exit(1)
+	}
+	if os.Getenv("CNI_COMMAND") == "ADD" {
+		os.Stdout.WriteString(result)
+	}
+}
+`
+
+// runFloor builds the floor binary (static: CGO_ENABLED=0) in its own module and runs it.
+func runFloor(o options, dir string, bin *string) (*phaseResult, error) {
+	src := filepath.Join(dir, "floor")
+	if err := os.MkdirAll(src, 0o755); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(src, "go.mod"), []byte("module cnibench/floor\n\ngo 1.22\n"), 0o644); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(src, "main.go"), []byte(floorSource), 0o644); err != nil {
+		return nil, err
+	}
+	*bin = filepath.Join(dir, "bin", "floor")
+	cmd := exec.Command("go", "build", "-o", *bin, ".")
+	cmd.Dir = src
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOWORK=off", "GOFLAGS=")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("go build floor: %v\n%s", err, b)
+	}
+	return benchPlugin(o, "floor (static Go, no work)", *bin, []byte(`{"cniVersion":"1.1.0","name":"bench","ipam":{"type":"floor"}}`))
 }
 
 // phaseResult is one plugin's run: the ADD phase and the DEL phase.
@@ -235,7 +293,11 @@ func execPlugin(bin, command string, i int, conf []byte) (wall, cpu time.Duratio
 
 func printTable(o options, dir string, results, startups []*phaseResult) {
 	fmt.Printf("\nCNI path: %d ADDs then %d DELs, %d workers, one exec of the plugin per call, dual stack (IPv4 + IPv6 per ADD)\n", o.n, o.n, o.workers)
-	fmt.Printf("stores and data dirs in %s (%s); allotd with fsync; CNI_ARGS as Kubernetes runtimes pass them\n\n", dir, fsType(dir))
+	sync := "with fsync"
+	if o.noSync {
+		sync = "WITHOUT fsync (-nosync)"
+	}
+	fmt.Printf("stores and data dirs in %s (%s); allotd %s; CNI_ARGS as Kubernetes runtimes pass them\n\n", dir, fsType(dir), sync)
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(w, "plugin\tADD total\tDEL total\ttotal\tADD/s\tADD p50\tADD p99\tDEL p50\tDEL p99\tplugin CPU/call\tallotd CPU/call\t")
 	for _, r := range results {
@@ -257,14 +319,40 @@ func printTable(o options, dir string, results, startups []*phaseResult) {
 		}
 		w.Flush()
 	}
-	if len(results) == 2 {
-		a, h := results[0], results[1]
-		totalRatio := (h.total + h.delTotal).Seconds() / (a.total + a.delTotal).Seconds()
-		addRatio := h.total.Seconds() / a.total.Seconds()
+	printRatios(results)
+}
+
+// printRatios compares allot-cni with host-local and with the floor, rows of the same run.
+func printRatios(results []*phaseResult) {
+	var a, h, f *phaseResult
+	for _, r := range results {
+		switch {
+		case strings.HasPrefix(r.plugin, "allot"):
+			a = r
+		case strings.HasPrefix(r.plugin, "host-local"):
+			h = r
+		case strings.HasPrefix(r.plugin, "floor"):
+			f = r
+		}
+	}
+	if a == nil {
+		return
+	}
+	all := func(r *phaseResult) float64 { return (r.total + r.delTotal).Seconds() }
+	fmt.Println()
+	if h != nil {
+		totalRatio := all(h) / all(a)
 		p50Ratio := pct(h.lat, 50).Seconds() / pct(a.lat, 50).Seconds()
-		fmt.Printf("\nratio host-local/allot: total %.1fx, ADD phase %.1fx, DEL phase %.1fx, ADD p50 %.1fx, ADD p99 %.1fx\n",
-			totalRatio, addRatio, h.delTotal.Seconds()/a.delTotal.Seconds(), p50Ratio, pct(h.lat, 99).Seconds()/pct(a.lat, 99).Seconds())
-		fmt.Printf("targets: total >= 5x shorter: %s; ADD p50 no worse: %s\n", verdict(totalRatio >= 5), verdict(p50Ratio >= 1))
+		fmt.Printf("ratio host-local/allot: total %.1fx, ADD phase %.1fx, DEL phase %.1fx, ADD p50 %.1fx, ADD p99 %.1fx\n",
+			totalRatio, h.total.Seconds()/a.total.Seconds(), h.delTotal.Seconds()/a.delTotal.Seconds(), p50Ratio, pct(h.lat, 99).Seconds()/pct(a.lat, 99).Seconds())
+		fmt.Printf("targets: ADD phase >= 5x shorter: %s; total >= 5x shorter: %s; ADD p50 no worse: %s\n",
+			verdict(h.total >= 5*a.total), verdict(totalRatio >= 5), verdict(p50Ratio >= 1))
+	}
+	if f != nil {
+		floorRatio := all(a) / all(f)
+		fmt.Printf("ratio allot/floor: total %.2fx, ADD phase %.2fx, DEL phase %.2fx, ADD p50 %.2fx\n",
+			floorRatio, a.total.Seconds()/f.total.Seconds(), a.delTotal.Seconds()/f.delTotal.Seconds(), pct(a.lat, 50).Seconds()/pct(f.lat, 50).Seconds())
+		fmt.Printf("target: ADD phase <= 2x the floor's: %s; total <= 2x: %s\n", verdict(a.total <= 2*f.total), verdict(floorRatio <= 2))
 	}
 }
 
@@ -352,19 +440,19 @@ type daemon struct {
 	log    *os.File
 }
 
-func startDaemon(bin, dir string) (*daemon, error) {
+func startDaemon(bin, dir string, noSync bool) (*daemon, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
 	d := &daemon{dir: dir, socket: filepath.Join(dir, "allotd.sock")}
 	cfg := fmt.Sprintf(`socket: %s
-store: {path: %s}
+store: {path: %s, noSync: %t}
 http: {address: "127.0.0.1:0"}
 log: {level: warn, format: text}
 pools:
   - {name: bench-v4, cidrs: ["10.128.0.0/16"], gateway: 10.128.0.1, routes: [{dst: 0.0.0.0/0}], default: true}
   - {name: bench-v6, cidrs: ["fd00:128::/64"], gateway: "fd00:128::1", routes: [{dst: "::/0"}], default: true}
-`, d.socket, filepath.Join(dir, "allot.db"))
+`, d.socket, filepath.Join(dir, "allot.db"), noSync)
 	cfgPath := filepath.Join(dir, "allotd.yaml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		return nil, err
