@@ -4,7 +4,7 @@
 #   make test     everything CI runs: lint, unit, integration, end to end (installs its tools);
 #                 a test that cannot run here fails instead of skipping; ends with a summary
 #   make generate regenerate every generated file (protobuf, CRDs, eBPF); verify-generated checks
-#   make bench    benchmark tables (allocator, store, daemon API, CNI path vs host-local)
+#   make bench    benchmark tables (allocator, store, daemon API, CNI path vs host-local, datapaths)
 #
 SHELL := /bin/bash
 GO ?= go
@@ -102,7 +102,7 @@ plugins: testsummary
 	@rm -f $(TEST_RESULTS)/$@.jsonl
 	@if [ -f plugin-examples/Makefile ]; then $(MAKE) --no-print-directory -C plugin-examples all test GOTEST='$(GOTEST_JSON)'; fi
 
-bench: build bench-go bench-cni
+bench: build bench-go bench-cni bench-datapath
 
 bench-go:
 	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./core/allocator/ ./core/store/ ./core/daemon/ | tee $(ALLOT_CACHE)/bench-go.txt | grep -E '^(Benchmark|goos|cpu)' | column -t

@@ -372,16 +372,23 @@ static __always_inline int parse(struct __sk_buff *skb, struct pkt *p, int egres
 }
 
 /* rewrite replaces the source (egress) or destination (ingress) address and
- * port/identifier. The L4 checksum goes through bpf_l4_csum_replace, which
- * knows whether the skb carries a full checksum or only the pseudo-header
- * part (CHECKSUM_PARTIAL, usual on veth and with offloads): BPF cannot see
- * ip_summed. The IPv4 header checksum is always complete; it is updated
- * here (RFC 1624) and written together with the address in one store.
+ * port/identifier.
  *
- * All writes go through helpers, never direct packet access: a program
- * with direct writes gets a verifier prologue that unclones every cloned
- * skb it sees (TCP transmit clones, packets also seen by packet sockets),
- * including the many it does not modify. */
+ * Addresses, ports and the IPv4 header checksum (RFC 1624, always complete)
+ * are written directly into the packet. The L4 checksum goes through
+ * bpf_l4_csum_replace, which knows whether the skb carries a full checksum
+ * or only the pseudo-header part (CHECKSUM_PARTIAL, usual on veth and with
+ * offloads) and keeps skb->csum right under CHECKSUM_COMPLETE: BPF cannot
+ * see ip_summed. The direct writes come first because the helper
+ * invalidates packet pointers.
+ *
+ * Direct writes make the verifier add a prologue that unclones cloned skbs
+ * (bpf_skb_pull_data(skb, 0)). At these hooks that is cheap: forwarded pod
+ * packets were uncloned by ip_forward's skb_cow already, and TCP's transmit
+ * clones have private, linear-only headers (skb_header_release), so
+ * skb_ensure_writable finds them writable without copying. Only packets a
+ * packet socket cloned before tc ingress get their header copied, which a
+ * helper write would have done for the translated ones anyway. */
 static __always_inline int rewrite(struct __sk_buff *skb, struct pkt *p, int egress,
 				   const __u32 *naddr, __be16 nport)
 {
@@ -390,17 +397,17 @@ static __always_inline int rewrite(struct __sk_buff *skb, struct pkt *p, int egr
 	__u64 mangled = p->udp ? BPF_F_MARK_MANGLED_0 : 0;
 	int addr_changed = !addr_eq(oaddr, naddr);
 	int port_changed = oport != nport;
+	void *data = (void *)(long)skb->data;
+	void *end = (void *)(long)skb->data_end;
 
-	/* IPv4: bytes 10..19 of the header are check, saddr, daddr. */
-	struct {
-		__u16 check;
-		__u32 saddr;
-		__u32 daddr;
-	} __attribute__((packed)) h4 = {};
-
+	/* parse checked these bounds; the verifier needs them again. */
+	__u32 l4off = p->l4off;
+	if (l4off > 74)
+		return -1;
+	__u8 *l4 = data + l4off;
+	if ((void *)(l4 + 8) > end)
+		return -1;
 	if (addr_changed && p->family == 4) {
-		void *data = (void *)(long)skb->data;
-		void *end = (void *)(long)skb->data_end;
 		struct iphdr_ *ip = data + sizeof(struct ethhdr_);
 		if ((void *)(ip + 1) > end)
 			return -1;
@@ -412,9 +419,29 @@ static __always_inline int rewrite(struct __sk_buff *skb, struct pkt *p, int egr
 		sum += n >> 16;
 		sum = (sum & 0xffff) + (sum >> 16);
 		sum = (sum & 0xffff) + (sum >> 16);
-		h4.check = (__u16)~sum;
-		h4.saddr = egress ? n : ip->saddr;
-		h4.daddr = n;
+		ip->check = (__u16)~sum;
+		if (egress)
+			ip->saddr = n;
+		else
+			ip->daddr = n;
+	} else if (addr_changed) {
+		struct ipv6hdr_ *ip6 = data + sizeof(struct ethhdr_);
+		if ((void *)(ip6 + 1) > end)
+			return -1;
+		addr_cpy(egress ? ip6->saddr : ip6->daddr, naddr);
+	}
+	if (port_changed) {
+		/* port_off is the source or destination port (TCP, UDP) or the
+		 * ICMP echo identifier, all within the first 6 bytes of l4. */
+		__u32 off = p->port_off - l4off;
+		if (off == 0)
+			*(__be16 *)l4 = nport;
+		else if (off == 2)
+			*(__be16 *)(l4 + 2) = nport;
+		else if (off == 4)
+			*(__be16 *)(l4 + 4) = nport;
+		else
+			return -1;
 	}
 
 	if (addr_changed && p->pseudo) {
@@ -442,21 +469,6 @@ static __always_inline int rewrite(struct __sk_buff *skb, struct pkt *p, int egr
 	}
 	if (port_changed &&
 	    bpf_l4_csum_replace(skb, p->csum_off, oport, nport, mangled | sizeof(nport)) < 0)
-		return -1;
-
-	if (addr_changed) {
-		if (p->family == 4) {
-			/* egress: check + saddr (6 bytes); ingress: up to daddr (10). */
-			if (bpf_skb_store_bytes(skb, p->l3off + 10, &h4, egress ? 6 : 10, 0) < 0)
-				return -1;
-		} else {
-			__u32 n[4];
-			addr_cpy(n, naddr);
-			if (bpf_skb_store_bytes(skb, p->l3off + (egress ? 8 : 24), n, sizeof(n), 0) < 0)
-				return -1;
-		}
-	}
-	if (port_changed && bpf_skb_store_bytes(skb, p->port_off, &nport, sizeof(nport), 0) < 0)
 		return -1;
 	return 0;
 }

@@ -2,7 +2,9 @@
 #
 #   make generate         rebuild bpf/snat_bpfel.{go,o} from bpf/snat.c (needs clang, llvm, libbpf-dev)
 #   make test-datapath    unit tests + the namespace suite (root; otherwise skips with the reason, or fails under CI)
-#   make bench-datapath   none vs iptables vs ebpf through pod -> node -> external namespaces (root, iperf3)
+#   make bench-datapath   none vs iptables vs ebpf through pod -> node -> external namespaces (root, iperf3):
+#                         medians and ebpf/iptables ratios of TCP, UDP 64B and conn/s, and the
+#                         eBPF programs' cost per packet in place (part of `make bench`)
 #
 # Debian packages the datapath tests and benchmark need at run time; the
 # generated eBPF object is committed, so clang is only needed for `generate`.
@@ -10,7 +12,7 @@ DATAPATH_APT_PACKAGES := iptables iperf3
 DATAPATH_GEN_APT_PACKAGES := clang llvm libbpf-dev
 
 DATAPATH_GO ?= go
-DATAPATH_BENCH_FLAGS ?= -rounds 3 -duration 5s
+DATAPATH_BENCH_FLAGS ?= -rounds 5 -duration 5s
 
 .PHONY: generate generate-datapath test-datapath bench-datapath datapath-apt
 
@@ -26,7 +28,7 @@ test-datapath:
 	$(DATAPATH_GO) test -count=1 ./plugins/datapath/... ./test/datapath/...
 
 bench-datapath:
-	$(DATAPATH_GO) test -run XXX -bench . -benchtime 200000x ./plugins/datapath/ebpf/
+	set -o pipefail; $(DATAPATH_GO) test -run XXX -bench . -benchtime 200000x ./plugins/datapath/ebpf/ | grep -E '^(Benchmark|cpu)'
 	$(DATAPATH_GO) run ./test/datapath/cmd/dpbench $(DATAPATH_BENCH_FLAGS)
 
 # Installs what the tests and benchmark need (CI runs as root).
