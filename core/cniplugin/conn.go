@@ -12,20 +12,19 @@ import (
 	"time"
 
 	"github.com/allot-ipam/allot/core/api"
-	"github.com/allot-ipam/allot/core/api/frame"
+	"github.com/allot-ipam/allot/core/api/framing"
+	"github.com/allot-ipam/allot/core/cniplugin/wire"
 )
 
 // ErrDaemonUnreachable wraps failures to connect to allotd at all (socket missing, refused),
 // as opposed to allotd answering with an error.
 var ErrDaemonUnreachable = errors.New("allotd is not reachable")
 
-// maxAnswer bounds what is read from the daemon.
-const maxAnswer = 16 << 20
-
 // socketClient speaks allotd's framed protocol (core/api/API.md, core/api/frame) with one
 // request per connection. It exists instead of core/api/client because allot-cni is exec'd
 // for every CNI call: it links no net/http (whose package initialisation and size cost about
-// 2 ms per exec here, a third of the binary's start-up) and multiplexes nothing.
+// 2 ms per exec here, a third of the binary's start-up), no protobuf runtime (core/api/frame's
+// generated codec; see package wire) and multiplexes nothing.
 // The unit tests run it against the real core/api/server.
 type socketClient struct {
 	socket string
@@ -36,36 +35,36 @@ func NewDaemon(socket string) Daemon { return &socketClient{socket: socket} }
 
 func (c *socketClient) Allocate(ctx context.Context, req *api.AllocateRequest) (*api.Allocation, error) {
 	var out api.Allocation
-	return &out, c.do(ctx, frame.OpAllocate,
-		func(b []byte) []byte { return frame.AppendAllocateRequest(b, req) },
-		func(b []byte) error { return frame.DecodeAllocation(b, &out) })
+	return &out, c.do(ctx, framing.OpAllocate,
+		func(b []byte) []byte { return wire.AppendAllocateRequest(b, req) },
+		func(b []byte) error { return wire.DecodeAllocation(b, &out) })
 }
 
 func (c *socketClient) Release(ctx context.Context, req *api.ReleaseRequest) error {
-	return c.do(ctx, frame.OpRelease, func(b []byte) []byte { return frame.AppendReleaseRequest(b, req) }, nil)
+	return c.do(ctx, framing.OpRelease, func(b []byte) []byte { return wire.AppendReleaseRequest(b, req) }, nil)
 }
 
 func (c *socketClient) Check(ctx context.Context, req *api.CheckRequest) (*api.Allocation, error) {
 	var out api.Allocation
-	return &out, c.do(ctx, frame.OpCheck,
-		func(b []byte) []byte { return frame.AppendCheckRequest(b, req) },
-		func(b []byte) error { return frame.DecodeAllocation(b, &out) })
+	return &out, c.do(ctx, framing.OpCheck,
+		func(b []byte) []byte { return wire.AppendCheckRequest(b, req) },
+		func(b []byte) error { return wire.DecodeAllocation(b, &out) })
 }
 
 func (c *socketClient) GC(ctx context.Context, req *api.GCRequest) (*api.GCResponse, error) {
 	var out api.GCResponse
-	return &out, c.do(ctx, frame.OpGC,
-		func(b []byte) []byte { return frame.AppendGCRequest(b, req) },
-		func(b []byte) error { return frame.DecodeGCResponse(b, &out) })
+	return &out, c.do(ctx, framing.OpGC,
+		func(b []byte) []byte { return wire.AppendGCRequest(b, req) },
+		func(b []byte) error { return wire.DecodeGCResponse(b, &out) })
 }
 
 func (c *socketClient) Status(ctx context.Context) (*api.Status, error) {
 	var out api.Status
-	return &out, c.do(ctx, frame.OpStatus, nil, func(b []byte) error { return frame.DecodeStatus(b, &out) })
+	return &out, c.do(ctx, framing.OpStatus, nil, func(b []byte) error { return wire.DecodeStatus(b, &out) })
 }
 
 // do runs one request: appendReq encodes it, decode reads the answer.
-func (c *socketClient) do(ctx context.Context, op frame.Op, appendReq func([]byte) []byte, decode func([]byte) error) error {
+func (c *socketClient) do(ctx context.Context, op framing.Op, appendReq func([]byte) []byte, decode func([]byte) error) error {
 	return c.session(ctx, op, func(conn net.Conn) error { return exchangeFramed(conn, op, appendReq, decode) })
 }
 
@@ -75,18 +74,18 @@ var errNotFramed = errors.New("allotd answers HTTP: it predates the framed proto
 
 // exchangeFramed sends the preface and one request frame in one write and reads the
 // daemon's preface and answer (core/api/frame).
-func exchangeFramed(conn net.Conn, op frame.Op, appendReq func([]byte) []byte, decode func([]byte) error) error {
+func exchangeFramed(conn net.Conn, op framing.Op, appendReq func([]byte) []byte, decode func([]byte) error) error {
 	b := make([]byte, 0, 512)
-	b = append(b, frame.Preface...)
-	b, start := frame.Begin(b, 1, op)
+	b = append(b, framing.Preface...)
+	b, start := framing.Begin(b, 1, op)
 	if appendReq != nil {
 		b = appendReq(b)
 	}
-	if _, err := conn.Write(frame.End(b, start)); err != nil {
+	if _, err := conn.Write(framing.End(b, start)); err != nil {
 		return fmt.Errorf("allotd %s: send: %w", op, err)
 	}
-	r := bufio.NewReaderSize(io.LimitReader(conn, maxAnswer), 4096)
-	pre := make([]byte, len(frame.Preface))
+	r := bufio.NewReaderSize(conn, 4096)
+	pre := make([]byte, len(framing.Preface))
 	if _, err := io.ReadFull(r, pre); err != nil {
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 			// A daemon that closes without a word did not understand the preface.
@@ -96,21 +95,21 @@ func exchangeFramed(conn net.Conn, op frame.Op, appendReq func([]byte) []byte, d
 		}
 		return fmt.Errorf("allotd %s: read answer: %w", op, err)
 	}
-	if string(pre) != frame.Preface {
+	if string(pre) != framing.Preface {
 		if strings.HasPrefix(string(pre), "HTTP/") {
 			return fmt.Errorf("allotd %s: %w", op, errNotFramed)
 		}
 		return fmt.Errorf("allotd %s: unexpected answer %q", op, pre)
 	}
-	id, aop, payload, err := frame.NewReader(r).Next()
+	id, aop, payload, err := framing.NewReader(r).Next()
 	if err != nil {
 		return fmt.Errorf("allotd %s: read answer: %w", op, err)
 	}
 	switch {
 	case id != 1:
 		return fmt.Errorf("allotd %s: answer to request %d", op, id)
-	case aop == frame.OpError:
-		e, err := frame.DecodeError(payload)
+	case aop == framing.OpError:
+		e, err := wire.DecodeError(payload)
 		if err != nil {
 			return fmt.Errorf("allotd %s: decode error answer: %w", op, err)
 		}
@@ -127,7 +126,7 @@ func exchangeFramed(conn net.Conn, op frame.Op, appendReq func([]byte) []byte, d
 }
 
 // session dials the daemon and runs one exchange on the connection, bounded by ctx.
-func (c *socketClient) session(ctx context.Context, op frame.Op, exchange func(net.Conn) error) error {
+func (c *socketClient) session(ctx context.Context, op framing.Op, exchange func(net.Conn) error) error {
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "unix", c.socket)
 	if err != nil {
