@@ -3,6 +3,7 @@ package datapath_test
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -11,6 +12,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -445,15 +447,25 @@ func unmapAP(ap netip.AddrPort) netip.AddrPort {
 // dialFrom connects from pod i (0 or 1) to dst, from localPort if non-zero.
 func dialFrom(tp *topo.Topology, i int, dst netip.AddrPort, localPort int) (net.Conn, error) {
 	var c net.Conn
-	err := topo.In(tp.Pods[i], func() error {
-		d := net.Dialer{Timeout: 5 * time.Second}
-		if localPort != 0 {
-			d.LocalAddr = &net.TCPAddr{Port: localPort}
+	var err error
+	// EHOSTUNREACH comes back when a neighbour resolution on the path failed (IPv6 NDP gives up
+	// after three probes, which a loaded CI machine can miss); a few tries tell a transient miss
+	// from a broken path, which still fails every time.
+	for try := 0; try < 4; try++ {
+		err = topo.In(tp.Pods[i], func() error {
+			d := net.Dialer{Timeout: 5 * time.Second}
+			if localPort != 0 {
+				d.LocalAddr = &net.TCPAddr{Port: localPort}
+			}
+			var err error
+			c, err = d.Dial("tcp", dst.String())
+			return err
+		})
+		if !errors.Is(err, syscall.EHOSTUNREACH) {
+			break
 		}
-		var err error
-		c, err = d.Dial("tcp", dst.String())
-		return err
-	})
+		time.Sleep(500 * time.Millisecond) // sleep: real time for the neighbour cache to settle before the next try
+	}
 	return c, err
 }
 
