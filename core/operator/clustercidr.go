@@ -16,7 +16,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -29,30 +28,34 @@ import (
 
 const kindConfig = "clustercidrconfig"
 
-func (op *operator) setupClusterCIDR(mgr ctrl.Manager) error {
+// newClusterCIDR makes the ClusterCIDRConfig reconcilers: Node pod CIDRs and config status,
+// each re-queueing the other through its dirty set.
+func newClusterCIDR(t *term) []reconciler {
+	o := t.opts
+	configDirty, k8sNodeKick := newDirtySet(o.StatusDelay), newDirtySet(0)
+	nodes := &nodeReconciler{client: t.client, reader: t.reader, st: t.st, m: t.m, log: t.log, event: t.event,
+		fence: t.fence, policy: o.NodePolicy, podCIDRs: o.ClusterPodCIDRs, configDirty: configDirty,
+		k8sNodeKick: k8sNodeKick, ready: t.st.waitReady, workers: o.Workers}
+	configs := &configReconciler{client: t.client, st: t.st, m: t.m, status: t.status, event: t.event,
+		podCIDRs: o.ClusterPodCIDRs, configDirty: configDirty, k8sNodeKick: k8sNodeKick, ready: t.st.waitReady}
+	return []reconciler{nodes, configs}
+}
+
+// Setup registers the Node pod-CIDR controller.
+func (r *nodeReconciler) Setup(mgr ctrl.Manager) error {
 	// Nodes change often (kubelet status); only labels, pod CIDRs and identity matter here.
 	nodeChanged := predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
 		o, n := e.ObjectOld.(*corev1.Node), e.ObjectNew.(*corev1.Node)
 		return o.UID != n.UID || !equality.Semantic.DeepEqual(o.Labels, n.Labels) ||
 			o.Spec.PodCIDR != n.Spec.PodCIDR || !slices.Equal(o.Spec.PodCIDRs, n.Spec.PodCIDRs)
 	}}
-	nodes := &nodeReconciler{client: op.client, st: op.st, m: op.m, log: op.log, event: op.event, fence: op.fence,
-		policy: op.opts.NodePolicy, podCIDRs: op.opts.ClusterPodCIDRs, configDirty: op.configDirty, k8sNodeKick: op.k8sNodeKick,
-		ready: op.waitReady}
-	if err := ctrl.NewControllerManagedBy(mgr).Named("allot-node-podcidr").
-		For(&corev1.Node{}, builder.WithPredicates(nodeChanged)).
-		WatchesRawSource(op.k8sNodeKick.source()).
-		WithOptions(controller.Options{MaxConcurrentReconciles: op.opts.Workers}).
-		Complete(quiet(nodes.reconcile)); err != nil {
-		return err
-	}
-	configs := &configReconciler{client: op.client, st: op.st, m: op.m, status: op.status, event: op.event,
-		podCIDRs: op.opts.ClusterPodCIDRs, configDirty: op.configDirty, k8sNodeKick: op.k8sNodeKick, ready: op.waitReady}
-	return ctrl.NewControllerManagedBy(mgr).Named("allot-clustercidrconfig").
-		For(&allotv1.ClusterCIDRConfig{}).
-		WatchesRawSource(op.configDirty.source()).
-		WithOptions(controller.Options{MaxConcurrentReconciles: 2}).
-		Complete(quiet(configs.reconcile))
+	return controllerFor(mgr, "allot-node-podcidr", &corev1.Node{}, r.k8sNodeKick, r.workers, r.reconcile,
+		builder.WithPredicates(nodeChanged))
+}
+
+// Setup registers the ClusterCIDRConfig controller.
+func (r *configReconciler) Setup(mgr ctrl.Manager) error {
+	return controllerFor(mgr, "allot-clustercidrconfig", &allotv1.ClusterCIDRConfig{}, r.configDirty, 2, r.reconcile)
 }
 
 // nodePodCIDRs parses a Node's pod CIDRs (spec.podCIDRs, else spec.podCIDR).
@@ -99,19 +102,21 @@ func configOf(n *corev1.Node, cidrs []netip.Prefix, cfgs []allotv1.ClusterCIDRCo
 	return ""
 }
 
-// rebuildClusterCIDR reserves every Node's pod CIDRs, read from the API server. Called with
-// st.mu held.
-func (op *operator) rebuildClusterCIDR(ctx context.Context) error {
+// Rebuild reserves every Node's pod CIDRs, read from the API server.
+func (r *nodeReconciler) Rebuild(ctx context.Context) error {
 	var nodes corev1.NodeList
-	if err := op.reader.List(ctx, &nodes); err != nil {
+	if err := r.reader.List(ctx, &nodes); err != nil {
 		return fmt.Errorf("list Nodes: %w", err)
 	}
 	var cfgs allotv1.ClusterCIDRConfigList
-	if err := op.reader.List(ctx, &cfgs); err != nil {
+	if err := r.reader.List(ctx, &cfgs); err != nil {
 		return fmt.Errorf("list ClusterCIDRConfigs: %w", err)
 	}
 	slices.SortFunc(cfgs.Items, func(a, b allotv1.ClusterCIDRConfig) int { return strings.Compare(a.Name, b.Name) })
 	slices.SortFunc(nodes.Items, func(a, b corev1.Node) int { return strings.Compare(a.Name, b.Name) })
+	st := r.st
+	st.mu.Lock()
+	defer st.mu.Unlock()
 	for i := range nodes.Items {
 		n := &nodes.Items[i]
 		cidrs := nodePodCIDRs(n)
@@ -120,13 +125,13 @@ func (op *operator) rebuildClusterCIDR(ctx context.Context) error {
 		}
 		h := &nodeHold{uid: n.UID, config: configOf(n, cidrs, cfgs.Items)}
 		for _, c := range cidrs {
-			if err := op.st.set.Reserve(c); err != nil {
-				op.log.Warn("rebuild: conflicting pod CIDR", "node", n.Name, "cidr", c, "err", err)
+			if err := st.set.Reserve(c); err != nil {
+				r.log.Warn("rebuild: conflicting pod CIDR", "node", n.Name, "cidr", c, "err", err)
 				continue
 			}
 			h.blocks = append(h.blocks, c)
 		}
-		op.st.nodes[n.Name] = h
+		st.nodes[n.Name] = h
 	}
 	return nil
 }
@@ -138,6 +143,7 @@ func (op *operator) rebuildClusterCIDR(ctx context.Context) error {
 // carving happens under st.mu, the write is fenced by a live read of the Lease.
 type nodeReconciler struct {
 	client      client.Client
+	reader      client.Reader // the API server itself (Rebuild)
 	st          *state
 	m           *metrics
 	log         *slog.Logger
@@ -146,7 +152,8 @@ type nodeReconciler struct {
 	policy      policy.PoolPolicy
 	podCIDRs    []netip.Prefix // cluster.podCIDRs
 	configDirty *dirtySet      // configs whose status to recompute
-	k8sNodeKick *dirtySet      // Nodes to re-queue
+	k8sNodeKick *dirtySet      // Nodes to re-queue (this controller's source)
+	workers     int
 	ready       func(context.Context) error
 }
 
@@ -467,7 +474,7 @@ type configReconciler struct {
 	status      *statusBatch
 	event       eventFunc
 	podCIDRs    []netip.Prefix // cluster.podCIDRs
-	configDirty *dirtySet      // configs whose status to recompute
+	configDirty *dirtySet      // configs to re-queue (this controller's source)
 	k8sNodeKick *dirtySet      // Nodes to re-queue
 	ready       func(context.Context) error
 }

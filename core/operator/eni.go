@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"reflect"
 	"slices"
@@ -120,29 +121,45 @@ func (o *ENIOptions) validate() error {
 	return nil
 }
 
-// eniMode is one term's ENI engine and what it knows of the nodes.
-type eniMode struct {
+// eniReconciler is one term's ENI engine and the AllotNode controller feeding it: each
+// node's state (its AllotNode completed by its Node) goes to the engine when it changes.
+type eniReconciler struct {
+	client  client.Client
+	reader  client.Reader // the API server itself (a Node's deletion is confirmed)
+	log     *slog.Logger
+	event   eventFunc
+	o       *ENIOptions
+	workers int
+	ready   func(context.Context) error
+
 	engine *eni.Engine
 	mu     sync.Mutex
 	last   map[string]eni.NodeState // last state handed to the engine, per node
 	lastHS map[string]string        // last handshake answers seen, per node
 }
 
-func (op *operator) setupENI(mgr ctrl.Manager) error {
-	o := op.opts.ENI
-	clients := eninode.Clients{Live: mgr.GetAPIReader(), Writer: mgr.GetClient(), Cached: mgr.GetClient()}
+func newENIReconciler(t *term) (*eniReconciler, error) {
+	o := t.opts.ENI
+	clients := eninode.Clients{Live: t.reader, Writer: t.client, Cached: t.client}
 	e, err := eni.New(o.Backend, o.Config, eni.Options{
 		Handshake: eni.Checked(eninode.Handshake{Clients: clients}, eni.OperatorMayApply, "operator"),
 		Publisher: eninode.Publisher{Clients: clients},
-		Logger:    op.log.With("component", "eni"),
+		Logger:    t.log.With("component", "eni"),
 		Now:       o.Now,
 		Metrics:   o.metrics,
 	})
 	if err != nil {
-		return fmt.Errorf("eni: %w", err)
+		return nil, fmt.Errorf("eni: %w", err)
 	}
-	op.eni = &eniMode{engine: e, last: map[string]eni.NodeState{}, lastHS: map[string]string{}}
-	if err := mgr.Add(manager.RunnableFunc(op.runENI)); err != nil {
+	return &eniReconciler{client: t.client, reader: t.reader, log: t.log, event: t.event, o: o,
+		workers: t.opts.Workers, ready: t.st.waitReady,
+		engine: e, last: map[string]eni.NodeState{}, lastHS: map[string]string{}}, nil
+}
+
+// Setup registers the engine (run while this replica leads) and the AllotNode controller,
+// which also watches Nodes of the same name.
+func (r *eniReconciler) Setup(mgr ctrl.Manager) error {
+	if err := mgr.Add(manager.RunnableFunc(r.run)); err != nil {
 		return err
 	}
 	toName := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, obj client.Object) []reconcile.Request {
@@ -151,31 +168,31 @@ func (op *operator) setupENI(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).Named("allot-eni-node").
 		For(&allotv1.AllotNode{}).
 		Watches(&corev1.Node{}, toName).
-		WithOptions(controller.Options{MaxConcurrentReconciles: op.opts.Workers}).
-		Complete(quiet(op.reconcileENINode))
+		WithOptions(controller.Options{MaxConcurrentReconciles: r.workers}).
+		Complete(quiet(r.reconcile))
 }
 
-// runENI runs the engine while this replica leads, once the state is rebuilt.
-func (op *operator) runENI(ctx context.Context) error {
-	if err := op.waitReady(ctx); err != nil {
+// run runs the engine while this replica leads, once the state is rebuilt.
+func (r *eniReconciler) run(ctx context.Context) error {
+	if err := r.ready(ctx); err != nil {
 		return nil
 	}
-	if op.opts.ENI.OnEngine != nil {
-		op.opts.ENI.OnEngine(op.eni.engine)
+	if r.o.OnEngine != nil {
+		r.o.OnEngine(r.engine)
 	}
-	op.log.Info("ENI engine running", "nodes", len(op.eni.engine.Nodes()))
-	if gc := op.eniGC(); gc != nil {
+	r.log.Info("ENI engine running", "nodes", len(r.engine.Nodes()))
+	if gc := r.gc(); gc != nil {
 		go gc.Run(ctx)
 	}
-	if err := op.eni.engine.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+	if err := r.engine.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
 		return err
 	}
 	return nil
 }
 
-// eniGC is the garbage collection of leaked interfaces this term runs, or nil.
-func (op *operator) eniGC() *eni.GC {
-	o := op.opts.ENI
+// gc is the garbage collection of leaked interfaces this term runs, or nil.
+func (r *eniReconciler) gc() *eni.GC {
+	o := r.o
 	tags := maps.Clone(o.GCTags)
 	if o.Config.ClusterName != "" {
 		if tags == nil {
@@ -188,53 +205,53 @@ func (op *operator) eniGC() *eni.GC {
 	}
 	col, ok := o.Backend.(eni.InterfaceCollector)
 	if !ok {
-		op.log.Info("ENI garbage collection off: the cloud backend cannot list and delete detached interfaces")
+		r.log.Info("ENI garbage collection off: the cloud backend cannot list and delete detached interfaces")
 		return nil
 	}
-	return &eni.GC{Collector: col, Tags: tags, Interval: o.GCInterval, Log: op.log.With("component", "eni-gc")}
+	return &eni.GC{Collector: col, Tags: tags, Interval: o.GCInterval, Log: r.log.With("component", "eni-gc")}
 }
 
-// reconcileENINode hands one node's state to the engine, or removes the node: its AllotNode
+// reconcile hands one node's state to the engine, or removes the node: its AllotNode
 // is gone, or its Node is (then the AllotNode is deleted too).
-func (op *operator) reconcileENINode(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	if err := op.waitReady(ctx); err != nil {
+func (r *eniReconciler) reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	if err := r.ready(ctx); err != nil {
 		return reconcile.Result{}, err
 	}
 	name := req.Name
 	var an allotv1.AllotNode
-	if err := op.client.Get(ctx, req.NamespacedName, &an); err != nil {
+	if err := r.client.Get(ctx, req.NamespacedName, &an); err != nil {
 		if apierrors.IsNotFound(err) {
-			op.forgetENINode(name)
+			r.forget(name)
 			return reconcile.Result{}, nil
 		}
 		return reconcile.Result{}, err
 	}
 	var node corev1.Node
-	nodeErr := op.client.Get(ctx, req.NamespacedName, &node)
+	nodeErr := r.client.Get(ctx, req.NamespacedName, &node)
 	if nodeErr != nil && !apierrors.IsNotFound(nodeErr) {
 		return reconcile.Result{}, nodeErr
 	}
 	nodeGone := apierrors.IsNotFound(nodeErr) || node.DeletionTimestamp != nil
 	if nodeGone && ownedByNode(&an) {
-		return op.deleteENINode(ctx, &an)
+		return r.deleteNode(ctx, &an)
 	}
-	nc, err := op.opts.ENI.nodeConfig(&node)
+	nc, err := r.o.nodeConfig(&node)
 	if err != nil {
 		// As the AWS VPC CNI with a missing ENIConfig: no new addresses rather than
 		// addresses from subnets the node was not meant to use.
-		op.event(&an, corev1.EventTypeWarning, "ENIConfigNotFound", "Allocate", "%v; the node gets no ENI addresses until it does", err)
-		op.forgetENINode(name)
+		r.event(&an, corev1.EventTypeWarning, "ENIConfigNotFound", "Allocate", "%v; the node gets no ENI addresses until it does", err)
+		r.forget(name)
 		return reconcile.Result{}, nil
 	}
-	op.upsertENINode(&an, eniNodeState(&an, &node, op.opts.ENI.Config.Params, nc))
+	r.upsert(&an, eniNodeState(&an, &node, r.o.Config.Params, nc))
 	return reconcile.Result{}, nil
 }
 
-// deleteENINode deletes the AllotNode of a Node that is gone (its informer says so; the API
+// deleteNode deletes the AllotNode of a Node that is gone (its informer says so; the API
 // server confirms before: a new Node of the same name may just not be cached yet).
-func (op *operator) deleteENINode(ctx context.Context, an *allotv1.AllotNode) (reconcile.Result, error) {
+func (r *eniReconciler) deleteNode(ctx context.Context, an *allotv1.AllotNode) (reconcile.Result, error) {
 	var live corev1.Node
-	err := op.reader.Get(ctx, client.ObjectKey{Name: an.Name}, &live)
+	err := r.reader.Get(ctx, client.ObjectKey{Name: an.Name}, &live)
 	switch {
 	case err == nil && live.DeletionTimestamp == nil:
 		return reconcile.Result{RequeueAfter: time.Second}, nil
@@ -242,18 +259,18 @@ func (op *operator) deleteENINode(ctx context.Context, an *allotv1.AllotNode) (r
 		return reconcile.Result{}, err
 	}
 	uid := an.UID
-	if err := op.client.Delete(ctx, an, &client.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}}); err != nil && !apierrors.IsNotFound(err) {
+	if err := r.client.Delete(ctx, an, &client.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}}); err != nil && !apierrors.IsNotFound(err) {
 		return reconcile.Result{}, fmt.Errorf("delete AllotNode %s of deleted Node: %w", an.Name, err)
 	}
-	op.forgetENINode(an.Name)
-	op.log.Info("Node deleted; AllotNode deleted (its ENIs stay with the instance)", "node", an.Name)
+	r.forget(an.Name)
+	r.log.Info("Node deleted; AllotNode deleted (its ENIs stay with the instance)", "node", an.Name)
 	return reconcile.Result{}, nil
 }
 
-// upsertENINode hands the node's state to the engine when it changed, and wakes the engine
+// upsert hands the node's state to the engine when it changed, and wakes the engine
 // when only the agent's handshake answers did.
-func (op *operator) upsertENINode(an *allotv1.AllotNode, s eni.NodeState) {
-	name, hs, m := an.Name, answers(an), op.eni
+func (r *eniReconciler) upsert(an *allotv1.AllotNode, s eni.NodeState) {
+	name, hs, m := an.Name, answers(an), r
 	m.mu.Lock()
 	prev, known := m.last[name]
 	upsert, trigger := eniNodeChange(prev, known, s, m.lastHS[name], hs)
@@ -270,7 +287,7 @@ func (op *operator) upsertENINode(an *allotv1.AllotNode, s eni.NodeState) {
 	}
 	if err := m.engine.UpsertNode(s); err != nil {
 		// Bad overrides in spec.eni (the CRD bounds them; min above max is what is left).
-		op.event(an, corev1.EventTypeWarning, "InvalidENISpec", "Allocate", "%v", err)
+		r.event(an, corev1.EventTypeWarning, "InvalidENISpec", "Allocate", "%v", err)
 		m.mu.Lock()
 		delete(m.last, name)
 		m.mu.Unlock()
@@ -299,13 +316,12 @@ func answers(an *allotv1.AllotNode) string {
 	return b.String()
 }
 
-func (op *operator) forgetENINode(name string) {
-	m := op.eni
-	m.mu.Lock()
-	delete(m.last, name)
-	delete(m.lastHS, name)
-	m.mu.Unlock()
-	m.engine.DeleteNode(name)
+func (r *eniReconciler) forget(name string) {
+	r.mu.Lock()
+	delete(r.last, name)
+	delete(r.lastHS, name)
+	r.mu.Unlock()
+	r.engine.DeleteNode(name)
 }
 
 // ownedByNode: the agent made the Node the AllotNode's owner (it does when the Node exists),

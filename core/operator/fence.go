@@ -6,14 +6,30 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // errFenced: this replica may no longer hand anything out in this term.
 var errFenced = errors.New("not the leader")
 
-// fence checks, with a live read of the Lease, that this replica still holds it with time to
+// fencer guards the writes that hand something out (fence.check).
+type fencer struct {
+	reader                       client.Reader // the API server itself
+	lease                        types.NamespacedName
+	identity                     string
+	leaseDuration, renewDeadline time.Duration
+	fenced                       prometheus.Counter
+}
+
+func newFencer(o *Options, reader client.Reader, m *metrics) *fencer {
+	return &fencer{reader: reader, lease: types.NamespacedName{Namespace: o.Namespace, Name: o.LeaseName},
+		identity: o.Identity, leaseDuration: o.LeaseDuration, renewDeadline: o.RenewDeadline, fenced: m.fenced}
+}
+
+// check checks, with a live read of the Lease, that this replica still holds it with time to
 // spare before a write that hands out blocks or pod CIDRs.
 //
 // Lease-based election gives no mutual exclusion by itself (the client-go leaderelection
@@ -24,29 +40,29 @@ var errFenced = errors.New("not the leader")
 // new leader handed out, and two nodes get the same block. The live read closes that window:
 // a new leader has taken the Lease, or our renewal is too old for another replica not to
 // take it while our write is in flight.
-func (op *operator) fence(ctx context.Context) error {
+func (f *fencer) check(ctx context.Context) error {
 	var l coordinationv1.Lease
-	if err := op.reader.Get(ctx, types.NamespacedName{Namespace: op.opts.Namespace, Name: op.opts.LeaseName}, &l); err != nil {
-		return fmt.Errorf("%w: reading Lease %s/%s: %v", errFenced, op.opts.Namespace, op.opts.LeaseName, err)
+	if err := f.reader.Get(ctx, f.lease, &l); err != nil {
+		return fmt.Errorf("%w: reading Lease %s/%s: %v", errFenced, f.lease.Namespace, f.lease.Name, err)
 	}
 	holder := ""
 	if l.Spec.HolderIdentity != nil {
 		holder = *l.Spec.HolderIdentity
 	}
-	if holder != op.opts.Identity {
-		op.m.fenced.Inc()
-		return fmt.Errorf("%w: Lease %s/%s is held by %q", errFenced, op.opts.Namespace, op.opts.LeaseName, holder)
+	if holder != f.identity {
+		f.fenced.Inc()
+		return fmt.Errorf("%w: Lease %s/%s is held by %q", errFenced, f.lease.Namespace, f.lease.Name, holder)
 	}
 	if l.Spec.RenewTime == nil {
-		op.m.fenced.Inc()
-		return fmt.Errorf("%w: Lease %s/%s has no renew time", errFenced, op.opts.Namespace, op.opts.LeaseName)
+		f.fenced.Inc()
+		return fmt.Errorf("%w: Lease %s/%s has no renew time", errFenced, f.lease.Namespace, f.lease.Name)
 	}
 	// renewTime is written by this replica's clock, read against the same clock. Another
 	// replica may take the Lease LeaseDuration after it last saw it change; keep half a
 	// RenewDeadline for the write itself.
-	if left := time.Until(l.Spec.RenewTime.Add(op.opts.LeaseDuration - op.opts.RenewDeadline/2)); left <= 0 {
-		op.m.fenced.Inc()
-		return fmt.Errorf("%w: Lease %s/%s last renewed %v ago", errFenced, op.opts.Namespace, op.opts.LeaseName, time.Since(l.Spec.RenewTime.Time).Round(time.Millisecond))
+	if left := time.Until(l.Spec.RenewTime.Add(f.leaseDuration - f.renewDeadline/2)); left <= 0 {
+		f.fenced.Inc()
+		return fmt.Errorf("%w: Lease %s/%s last renewed %v ago", errFenced, f.lease.Namespace, f.lease.Name, time.Since(l.Spec.RenewTime.Time).Round(time.Millisecond))
 	}
 	return nil
 }

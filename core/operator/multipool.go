@@ -16,7 +16,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -33,46 +32,50 @@ const (
 	conflictRetry    = 20 * time.Millisecond
 )
 
-func (op *operator) setupMultiPool(mgr ctrl.Manager) error {
-	nodes := &allotNodeReconciler{client: op.client, st: op.st, m: op.m, log: op.log, event: op.event, fence: op.fence,
-		poolDirty: op.poolDirty, ready: op.waitReady}
-	if err := ctrl.NewControllerManagedBy(mgr).Named("allot-allotnode").
-		For(&allotv1.AllotNode{}).
-		WatchesRawSource(op.nodeKick.source()).
-		WithOptions(controller.Options{MaxConcurrentReconciles: op.opts.Workers}).
-		Complete(quiet(nodes.reconcile)); err != nil {
-		return err
-	}
-	pools := &ippoolReconciler{client: op.client, st: op.st, m: op.m, log: op.log, status: op.status, event: op.event,
-		nodeKick: op.nodeKick, ready: op.waitReady}
-	return ctrl.NewControllerManagedBy(mgr).Named("allot-ippool").
-		For(&allotv1.IPPool{}).
-		WatchesRawSource(op.poolDirty.source()).
-		WithOptions(controller.Options{MaxConcurrentReconciles: 2}).
-		Complete(quiet(pools.reconcile))
+// newMultiPool makes the multi-pool reconcilers: IPPool status and AllotNode blocks, each
+// re-queueing the other through its dirty set.
+func newMultiPool(t *term) []reconciler {
+	pools := &ippoolReconciler{client: t.client, st: t.st, m: t.m, log: t.log, status: t.status, event: t.event,
+		ready: t.st.waitReady, dirty: newDirtySet(t.opts.StatusDelay)}
+	nodes := &allotNodeReconciler{client: t.client, reader: t.reader, st: t.st, m: t.m, log: t.log, event: t.event,
+		fence: t.fence, ready: t.st.waitReady, workers: t.opts.Workers, kick: newDirtySet(0), poolDirty: pools.dirty}
+	pools.nodeKick = nodes.kick
+	return []reconciler{pools, nodes}
 }
 
-// rebuildMultiPool reserves every block every AllotNode holds, read from the API server.
-// Called with st.mu held.
-func (op *operator) rebuildMultiPool(ctx context.Context) error {
+// Setup registers the AllotNode controller.
+func (r *allotNodeReconciler) Setup(mgr ctrl.Manager) error {
+	return controllerFor(mgr, "allot-allotnode", &allotv1.AllotNode{}, r.kick, r.workers, r.reconcile)
+}
+
+// Setup registers the IPPool controller.
+func (r *ippoolReconciler) Setup(mgr ctrl.Manager) error {
+	return controllerFor(mgr, "allot-ippool", &allotv1.IPPool{}, r.dirty, 2, r.reconcile)
+}
+
+// Rebuild reserves every block every AllotNode holds, read from the API server.
+func (r *allotNodeReconciler) Rebuild(ctx context.Context) error {
 	var list allotv1.AllotNodeList
-	if err := op.reader.List(ctx, &list); err != nil {
+	if err := r.reader.List(ctx, &list); err != nil {
 		return fmt.Errorf("list AllotNodes: %w", err)
 	}
 	slices.SortFunc(list.Items, func(a, b allotv1.AllotNode) int { return strings.Compare(a.Name, b.Name) })
+	st := r.st
+	st.mu.Lock()
+	defer st.mu.Unlock()
 	for i := range list.Items {
 		n := &list.Items[i]
 		h := &allotHold{uid: n.UID, generation: n.Generation, blocks: map[netip.Prefix]string{}}
 		for b, pool := range allocatedBlocks(n) {
-			if err := op.st.set.Reserve(b); err != nil {
+			if err := st.set.Reserve(b); err != nil {
 				// Two nodes claim overlapping blocks (written by hand, or by an older
 				// version): keep the first, the node's reconcile reports the conflict.
-				op.log.Warn("rebuild: conflicting block", "allotNode", n.Name, "block", b, "err", err)
+				r.log.Warn("rebuild: conflicting block", "allotNode", n.Name, "block", b, "err", err)
 				continue
 			}
 			h.blocks[b] = pool
 		}
-		op.st.allot[n.Name] = h
+		st.allot[n.Name] = h
 	}
 	return nil
 }
@@ -98,12 +101,15 @@ func allocatedBlocks(n *allotv1.AllotNode) map[netip.Prefix]string {
 // (unmetChanges, nodeStatus, allocationNote).
 type allotNodeReconciler struct {
 	client    client.Client
+	reader    client.Reader // the API server itself (Rebuild)
 	st        *state
 	m         *metrics
 	log       *slog.Logger
 	event     eventFunc
 	fence     func(context.Context) error
 	poolDirty *dirtySet // pools whose status to recompute
+	kick      *dirtySet // AllotNodes to re-queue (this controller's source)
+	workers   int
 	ready     func(context.Context) error
 }
 
@@ -506,6 +512,7 @@ type ippoolReconciler struct {
 	status   *statusBatch
 	event    eventFunc
 	nodeKick *dirtySet // AllotNodes to re-queue
+	dirty    *dirtySet // pools to re-queue (this controller's source)
 	ready    func(context.Context) error
 }
 

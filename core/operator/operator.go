@@ -40,9 +40,11 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -261,15 +263,20 @@ func runTerm(ctx context.Context, o *Options, m *metrics, log *slog.Logger) erro
 	if err != nil {
 		return fmt.Errorf("operator: manager: %w", err)
 	}
-	op := &operator{
-		opts:     o,
-		log:      log,
-		m:        m,
-		st:       newState(),
-		client:   mgr.GetClient(),
-		reader:   mgr.GetAPIReader(),
-		recorder: mgr.GetEventRecorder("allot-operator"),
-		status:   newStatusBatch(o.StatusDelay),
+	t := &term{
+		opts:   o,
+		log:    log,
+		m:      m,
+		st:     newState(),
+		client: mgr.GetClient(),
+		reader: mgr.GetAPIReader(),
+		event:  eventRecorder(mgr.GetEventRecorder("allot-operator")),
+		fence:  newFencer(o, mgr.GetAPIReader(), m).check,
+		status: newStatusBatch(o.StatusDelay),
+	}
+	op, err := compose(t)
+	if err != nil {
+		return err
 	}
 	if err := op.setup(mgr); err != nil {
 		return err
@@ -277,67 +284,87 @@ func runTerm(ctx context.Context, o *Options, m *metrics, log *slog.Logger) erro
 	return mgr.Start(ctx)
 }
 
-// operator is one term: the state its reconcilers share (blocks, dirty sets, status batching)
-// and the reconcilers it registers with the manager (setup), one per resource.
+// term is what one term's reconcilers are built from: the manager's clients, the leader's
+// block state, status batching, the Event function and the fence. Each reconciler copies
+// the parts it needs; none keeps the term.
+type term struct {
+	opts   *Options
+	log    *slog.Logger
+	m      *metrics
+	st     *state
+	client client.Client
+	reader client.Reader
+	event  eventFunc
+	fence  func(context.Context) error
+	status *statusBatch
+}
+
+// reconciler is one controller of a term: a value holding its own dependencies and state,
+// registered with the term's manager by Setup (controller-runtime's SetupWithManager).
+type reconciler interface {
+	Setup(mgr manager.Manager) error
+}
+
+// rebuilder is a reconciler that owns part of the leader's allocator state: Rebuild reads
+// what the API server (not a cache) says is held and reserves it, once per term, before any
+// reconcile of the term runs (operator.rebuild calls every one, in order).
+type rebuilder interface {
+	Rebuild(ctx context.Context) error
+}
+
+// operator is one term's composer: the reconcilers it registers with the manager, one per
+// resource, and the leader hooks it runs before any of them reconciles.
 type operator struct {
-	opts     *Options
-	log      *slog.Logger
-	m        *metrics
-	st       *state
-	client   client.Client
-	reader   client.Reader
-	recorder events.EventRecorder
+	opts        *Options
+	log         *slog.Logger
+	m           *metrics
+	st          *state
+	reconcilers []reconciler
+	rebuilders  []rebuilder
+}
 
-	status *statusBatch // pool, config and shared-pool status writes, for batching
-
-	poolDirty   *dirtySet
-	configDirty *dirtySet
-	nodeKick    *dirtySet // AllotNodes to re-queue
-	k8sNodeKick *dirtySet // Nodes to re-queue
-
-	eni *eniMode // ENI mode (eni.go), nil when off
-
-	shared *sharedState // shared pools (shared*.go), nil when off
+// compose lists the term's reconcilers the options turn on.
+func compose(t *term) (*operator, error) {
+	o := t.opts
+	var rs []reconciler
+	if !o.DisableMultiPool {
+		rs = append(rs, newMultiPool(t)...)
+	}
+	if o.ClusterCIDRConfig {
+		rs = append(rs, newClusterCIDR(t)...)
+	}
+	if o.ENI != nil {
+		e, err := newENIReconciler(t)
+		if err != nil {
+			return nil, fmt.Errorf("operator: ENI controllers: %w", err)
+		}
+		rs = append(rs, e)
+	}
+	shared, err := newShared(t)
+	if err != nil {
+		return nil, err
+	}
+	rs = append(rs, shared...)
+	// The configured pools exist before any node asks for blocks.
+	rbs := []rebuilder{poolCreator{client: t.client, log: t.log, pools: o.AutoCreatePools}}
+	for _, r := range rs {
+		if rb, ok := r.(rebuilder); ok {
+			rbs = append(rbs, rb)
+		}
+	}
+	return &operator{opts: o, log: t.log, m: t.m, st: t.st, reconcilers: rs, rebuilders: rbs}, nil
 }
 
 func (op *operator) setup(mgr manager.Manager) error {
-	op.poolDirty = newDirtySet(op.opts.StatusDelay)
-	op.configDirty = newDirtySet(op.opts.StatusDelay)
-	op.nodeKick = newDirtySet(0)
-	op.k8sNodeKick = newDirtySet(0)
 	if err := mgr.Add(manager.RunnableFunc(op.lead)); err != nil {
 		return err
 	}
-	// Each set feeds one controller; only run those whose controller runs (a set nobody
-	// reads would block once its buffer is full).
-	var sets []*dirtySet
-	if !op.opts.DisableMultiPool {
-		sets = append(sets, op.poolDirty, op.nodeKick)
-	}
-	if op.opts.ClusterCIDRConfig {
-		sets = append(sets, op.configDirty, op.k8sNodeKick)
-	}
-	for _, d := range sets {
-		if err := mgr.Add(manager.RunnableFunc(d.run)); err != nil {
-			return err
+	for _, r := range op.reconcilers {
+		if err := r.Setup(mgr); err != nil {
+			return fmt.Errorf("operator: %T: %w", r, err)
 		}
 	}
-	if !op.opts.DisableMultiPool {
-		if err := op.setupMultiPool(mgr); err != nil {
-			return fmt.Errorf("operator: multi-pool controllers: %w", err)
-		}
-	}
-	if op.opts.ClusterCIDRConfig {
-		if err := op.setupClusterCIDR(mgr); err != nil {
-			return fmt.Errorf("operator: ClusterCIDRConfig controllers: %w", err)
-		}
-	}
-	if op.opts.ENI != nil {
-		if err := op.setupENI(mgr); err != nil {
-			return fmt.Errorf("operator: ENI controllers: %w", err)
-		}
-	}
-	return op.setupShared(mgr)
+	return nil
 }
 
 // lead runs once this replica holds the Lease: rebuild the state from the API server, then
@@ -346,10 +373,7 @@ func (op *operator) lead(ctx context.Context) error {
 	start := time.Now()
 	op.log.Info("became leader; rebuilding allocation state")
 	for {
-		err := op.autoCreatePools(ctx)
-		if err == nil {
-			err = op.rebuild(ctx)
-		}
+		err := op.rebuild(ctx)
 		if err == nil {
 			break
 		}
@@ -373,31 +397,28 @@ func (op *operator) lead(ctx context.Context) error {
 	return nil
 }
 
+// rebuild runs every leader hook from an empty state: an attempt that failed half way is
+// retried from nothing, never on top of the blocks it had reserved.
 func (op *operator) rebuild(ctx context.Context) error {
-	st := op.st
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if !op.opts.DisableMultiPool {
-		if err := op.rebuildMultiPool(ctx); err != nil {
-			return err
-		}
-	}
-	if op.opts.ClusterCIDRConfig {
-		if err := op.rebuildClusterCIDR(ctx); err != nil {
+	op.st.reset()
+	for _, rb := range op.rebuilders {
+		if err := rb.Rebuild(ctx); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// event records an Event (namespace default for cluster-scoped objects), its note cut to the
-// API's 1 kB limit.
-func (op *operator) event(obj runtime.Object, typ, reason, action, format string, args ...any) {
-	note := fmt.Sprintf(format, args...)
-	if len(note) > 1000 {
-		note = note[:990] + " [...]"
+// eventRecorder records an Event (namespace default for cluster-scoped objects), its note
+// cut to the API's 1 kB limit.
+func eventRecorder(rec events.EventRecorder) eventFunc {
+	return func(obj runtime.Object, typ, reason, action, format string, args ...any) {
+		note := fmt.Sprintf(format, args...)
+		if len(note) > 1000 {
+			note = note[:990] + " [...]"
+		}
+		rec.Eventf(obj, nil, typ, reason, action, "%s", note)
 	}
-	op.recorder.Eventf(obj, nil, typ, reason, action, "%s", note)
 }
 
 // quiet wraps a reconciler so that errors caused by the term ending (context cancelled on
@@ -412,11 +433,16 @@ func quiet(f reconcile.Func) reconcile.Func {
 	}
 }
 
-func (op *operator) waitReady(ctx context.Context) error {
-	select {
-	case <-op.st.ready:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
+// controllerFor registers a controller of obj named name, fed by obj's events and by set
+// (the names other reconcilers re-queue), and runs set while the term leads.
+func controllerFor(mgr manager.Manager, name string, obj client.Object, set *dirtySet, workers int,
+	f reconcile.Func, opts ...builder.ForOption) error {
+	if err := mgr.Add(manager.RunnableFunc(set.run)); err != nil {
+		return err
 	}
+	return ctrl.NewControllerManagedBy(mgr).Named(name).
+		For(obj, opts...).
+		WatchesRawSource(set.source()).
+		WithOptions(controller.Options{MaxConcurrentReconciles: workers}).
+		Complete(quiet(f))
 }

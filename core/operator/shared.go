@@ -9,7 +9,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -131,32 +130,31 @@ func sharedCacheByObject() map[client.Object]cache.ByObject {
 	}
 }
 
-// setupShared adds the shared-pool controllers and the collector to this term's manager.
-func (op *operator) setupShared(mgr ctrl.Manager) error {
-	if op.opts.SharedPools.Disable {
-		return nil
+// newShared makes the shared-pool reconcilers (pool status, the collector, the SpiderSubnet
+// controller) when the API server serves their CRDs.
+func newShared(t *term) ([]reconciler, error) {
+	o := t.opts
+	if o.SharedPools.Disable {
+		return nil, nil
 	}
-	ok, err := sharedCRDsInstalled(op.opts.RESTConfig)
+	ok, err := sharedCRDsInstalled(o.RESTConfig)
 	if err != nil {
-		return fmt.Errorf("operator: shared pools: discovery: %w", err)
+		return nil, fmt.Errorf("operator: shared pools: discovery: %w", err)
 	}
 	if !ok {
-		op.log.Info("shared pools: CRDs not installed; SharedIPPool status and address GC are off")
-		return nil
+		t.log.Info("shared pools: CRDs not installed; SharedIPPool status and address GC are off")
+		return nil, nil
 	}
-	sm, err := newSharedMetrics(op.opts.Registry)
+	sm, err := newSharedMetrics(o.Registry)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	op.shared = &sharedState{m: sm}
-	if err := op.setupSharedStatus(mgr); err != nil {
-		return fmt.Errorf("operator: shared pool controller: %w", err)
+	rs := []reconciler{newSharedPoolStatus(t, sm), newSharedGC(t, sm)}
+	subnets, err := newSubnetCtl(t)
+	if err != nil || subnets == nil {
+		return rs, err
 	}
-	gc := newSharedGC(op)
-	if err := mgr.Add(gc); err != nil {
-		return err
-	}
-	return op.setupSubnets(mgr)
+	return append(rs, subnets), nil
 }
 
 // crdServed asks the API server whether it serves resource of allot.io/v1alpha1.
@@ -178,12 +176,6 @@ func crdServed(cfg *rest.Config, resource string) (bool, error) {
 		}
 	}
 	return false, nil
-}
-
-// sharedState is one term's shared-pool state.
-type sharedState struct {
-	m     *sharedMetrics
-	dirty *dirtySet // pools whose status to recompute (batched by StatusDelay)
 }
 
 // sharedMetrics are the shared-pool series.

@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	allotv1 "github.com/allot-ipam/allot/core/k8s/apis/allot/v1alpha1"
 )
@@ -65,15 +66,18 @@ type staleMark struct {
 	reason string
 }
 
-func newSharedGC(op *operator) *sharedGC {
-	o := op.opts.SharedPools
-	return &sharedGC{client: op.client, reader: op.reader, log: op.log, m: op.shared.m, event: op.event,
+func newSharedGC(t *term, m *sharedMetrics) *sharedGC {
+	o := t.opts.SharedPools
+	return &sharedGC{client: t.client, reader: t.reader, log: t.log, m: m, event: t.event,
 		pol: gcPolicy{
 			terminatingReady:    o.GCTerminatingOnReadyNode == nil || *o.GCTerminatingOnReadyNode,
 			terminatingNotReady: o.GCTerminatingOnNotReadyNode == nil || *o.GCTerminatingOnNotReadyNode,
 		},
-		grace: o.GCGrace, every: o.GCInterval, ready: op.waitReady, now: time.Now, stale: map[string]*staleMark{}}
+		grace: o.GCGrace, every: o.GCInterval, ready: t.st.waitReady, now: time.Now, stale: map[string]*staleMark{}}
 }
+
+// Setup adds the collector to the term's manager (a leader-only runnable).
+func (g *sharedGC) Setup(mgr manager.Manager) error { return mgr.Add(g) }
 
 // Start runs the collector until ctx ends (a manager runnable: leader only).
 func (g *sharedGC) Start(ctx context.Context) error {

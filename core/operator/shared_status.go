@@ -37,43 +37,46 @@ import (
 // hashed for long names).
 const indexClaimPool = "spec.pool"
 
-func (op *operator) setupSharedStatus(mgr ctrl.Manager) error {
+func newSharedPoolStatus(t *term, m *sharedMetrics) *sharedPoolStatus {
+	return &sharedPoolStatus{client: t.client, reader: t.reader, log: t.log, m: m, status: t.status, event: t.event,
+		delay: t.opts.StatusDelay, dirty: newDirtySet(t.opts.StatusDelay), lastFP: map[string]string{}}
+}
+
+// Setup registers the SharedIPPool controller: a pool's own events, and through its dirty
+// set those of its claims, of the reservations and of every other pool.
+func (r *sharedPoolStatus) Setup(mgr ctrl.Manager) error {
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &allotv1.AddressClaim{}, indexClaimPool,
 		func(o client.Object) []string { return []string{o.(*allotv1.AddressClaim).Spec.Pool} }); err != nil {
 		return err
 	}
-	sh := op.shared
-	sh.dirty = newDirtySet(op.opts.StatusDelay)
-	r := &sharedPoolStatus{client: op.client, reader: op.reader, log: op.log, m: sh.m, status: op.status, event: op.event,
-		delay: op.opts.StatusDelay, lastFP: map[string]string{}}
-	if err := mgr.Add(manager.RunnableFunc(sh.dirty.run)); err != nil {
+	if err := mgr.Add(manager.RunnableFunc(r.dirty.run)); err != nil {
 		return err
 	}
 	// A claim changes one pool's counts: batched through the dirty set, so a burst of
 	// allocations costs one status write per StatusDelay.
 	claimEvents := handler.Funcs{
 		CreateFunc: func(_ context.Context, e event.CreateEvent, _ workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			sh.dirty.add(claimPool(e.Object))
+			r.dirty.add(claimPool(e.Object))
 		},
 		UpdateFunc: func(_ context.Context, e event.UpdateEvent, _ workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			sh.dirty.add(claimPool(e.ObjectNew))
+			r.dirty.add(claimPool(e.ObjectNew))
 		},
 		DeleteFunc: func(_ context.Context, e event.DeleteEvent, _ workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			sh.dirty.add(claimPool(e.Object))
+			r.dirty.add(claimPool(e.Object))
 		},
 	}
 	// Reservations change every pool's total; a pool created, changed or deleted may start or
 	// end another pool's conflict.
 	all := func(ctx context.Context) {
 		var pools allotv1.SharedIPPoolList
-		if err := op.client.List(ctx, &pools); err != nil {
+		if err := r.client.List(ctx, &pools); err != nil {
 			return
 		}
 		names := make([]string, 0, len(pools.Items))
 		for i := range pools.Items {
 			names = append(names, pools.Items[i].Name)
 		}
-		sh.dirty.add(names...)
+		r.dirty.add(names...)
 	}
 	allEvents := handler.Funcs{
 		CreateFunc: func(ctx context.Context, _ event.CreateEvent, _ workqueue.TypedRateLimitingInterface[reconcile.Request]) {
@@ -93,7 +96,7 @@ func (op *operator) setupSharedStatus(mgr ctrl.Manager) error {
 		Watches(&allotv1.SharedIPPool{}, allEvents).
 		Watches(&allotv1.ReservedIP{}, allEvents).
 		Watches(&allotv1.AddressClaim{}, claimEvents).
-		WatchesRawSource(sh.dirty.source()).
+		WatchesRawSource(r.dirty.source()).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 2}).
 		Complete(quiet(r.reconcile))
 }
@@ -123,6 +126,7 @@ type sharedPoolStatus struct {
 	status *statusBatch
 	event  eventFunc
 	delay  time.Duration // StatusDelay: requeue while the cache lags a claim's deletion
+	dirty  *dirtySet     // pools to re-queue (batched by StatusDelay)
 
 	mu     sync.Mutex
 	lastFP map[string]string // each pool's last written status, so a lagging cache does not write again

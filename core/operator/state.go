@@ -1,6 +1,7 @@
 package operator
 
 import (
+	"context"
 	"math"
 	"net/netip"
 	"slices"
@@ -65,14 +66,31 @@ type nodeHold struct {
 }
 
 func newState() *state {
-	return &state{
-		allot:       map[string]*allotHold{},
-		nodes:       map[string]*nodeHold{},
-		unmet:       map[string]map[string]unmetReason{},
-		waiting:     map[string]string{},
-		foreign:     map[string]string{},
-		terminating: map[string]bool{},
-		ready:       make(chan struct{}),
+	s := &state{ready: make(chan struct{})}
+	s.reset()
+	return s
+}
+
+// reset empties the state (the leader's rebuild starts from nothing).
+func (s *state) reset() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.set = blockalloc.Set{}
+	s.allot = map[string]*allotHold{}
+	s.nodes = map[string]*nodeHold{}
+	s.unmet = map[string]map[string]unmetReason{}
+	s.waiting = map[string]string{}
+	s.foreign = map[string]string{}
+	s.terminating = map[string]bool{}
+}
+
+// waitReady waits until the leader has rebuilt the state (reconcilers call it first).
+func (s *state) waitReady(ctx context.Context) error {
+	select {
+	case <-s.ready:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 

@@ -77,21 +77,26 @@ type subnetCtl struct {
 	resync time.Duration
 }
 
-// setupSubnets adds the SpiderSubnet controller to this term's manager when the API server
-// serves AllotSubnet.
-func (op *operator) setupSubnets(mgr ctrl.Manager) error {
-	ok, err := crdServed(op.opts.RESTConfig, "allotsubnets")
+// newSubnetCtl makes the SpiderSubnet controller, or nil when the API server does not serve
+// AllotSubnet.
+func newSubnetCtl(t *term) (*subnetCtl, error) {
+	ok, err := crdServed(t.opts.RESTConfig, "allotsubnets")
 	if err != nil {
-		return fmt.Errorf("operator: subnets: discovery: %w", err)
+		return nil, fmt.Errorf("operator: subnets: discovery: %w", err)
 	}
 	if !ok {
-		op.log.Info("subnets: AllotSubnet CRD not installed; auto pools are off")
-		return nil
+		t.log.Info("subnets: AllotSubnet CRD not installed; auto pools are off")
+		return nil, nil
 	}
-	s := &subnetCtl{
-		c: op.client, r: op.reader, log: op.log, event: op.event, resync: op.opts.SharedPools.SubnetResync,
+	return &subnetCtl{
+		c: t.client, r: t.reader, log: t.log, event: t.event, resync: t.opts.SharedPools.SubnetResync,
 		q: workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
-	}
+	}, nil
+}
+
+// Setup adds the controller to the term's manager (a leader-only runnable on the manager's
+// informers).
+func (s *subnetCtl) Setup(mgr ctrl.Manager) error {
 	return mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
 		return s.run(ctx, func(ctx context.Context, o client.Object) (cache.Informer, error) {
 			return mgr.GetCache().GetInformer(ctx, o)
