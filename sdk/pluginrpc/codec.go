@@ -3,6 +3,7 @@ package pluginrpc
 import (
 	"context"
 	"fmt"
+	"sync"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/encoding"
@@ -32,14 +33,16 @@ type encodedPodDecision []byte
 // error for the handler, which answers it as an ErrInvalid status as before (a codec error
 // would become an opaque Internal error).
 type podRequestIn struct {
-	req *policy.PodRequest
-	err error
+	req  *policy.PodRequest
+	refs refsIn // pool references (poolrefs.go)
+	err  error
 }
 
 // podDecisionIn receives a PodDecision, likewise.
 type podDecisionIn struct {
-	d   policy.PodDecision
-	err error
+	d    policy.PodDecision
+	held bool // the plugin holds the pools the request sent with ids (poolrefs.go)
+	err  error
 }
 
 // fastCodec handles the types above and delegates everything else to the registered
@@ -63,10 +66,18 @@ func (c fastCodec) Marshal(v any) (mem.BufferSlice, error) {
 func (c fastCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	switch v := v.(type) {
 	case *podRequestIn:
-		v.req, v.err = wire.DecodePodRequest(contiguous(data))
+		b := contiguous(data)
+		v.req, v.err = wire.DecodePodRequest(b)
+		if v.err == nil {
+			if v.refs, v.err = scanRefs(b); v.err != nil {
+				v.err = fmt.Errorf("%w: pod request: %w", wire.ErrInvalid, v.err)
+			}
+		}
 		return nil
 	case *podDecisionIn:
-		v.d, v.err = wire.DecodePodDecision(contiguous(data))
+		b := contiguous(data)
+		v.d, v.err = wire.DecodePodDecision(b)
+		v.held = scanHeld(b)
 		return nil
 	}
 	return c.std.Unmarshal(data, v)
@@ -90,16 +101,23 @@ var forceFast = grpc.ForceCodecV2(newFastCodec())
 // server serving the fast pool-policy service (registerFastPoolPolicy) must have it.
 func serverCodec() grpc.ServerOption { return grpc.ForceServerCodecV2(newFastCodec()) }
 
-// encodePodRequest encodes req, sizing the buffer from the last request so a call allocates
-// one buffer (gRPC owns it once sent).
-func (c *PoolPolicyClient) encodePodRequest(req *policy.PodRequest) (encodedPodRequest, error) {
-	buf := make([]byte, 0, c.lastReqSize.Load()+256)
-	b, err := wire.AppendPodRequest(buf, req)
+// scratch holds whole encoded requests before pool references replace what the plugin
+// holds.
+var scratch = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b }}
+
+// encodePodRequest encodes req with pool references, sizing the buffer from the last request
+// so a call allocates one buffer (gRPC owns it once sent).
+func (c *PoolPolicyClient) encodePodRequest(req *policy.PodRequest) (encodedPodRequest, sent, error) {
+	full := scratch.Get().(*[]byte)
+	defer scratch.Put(full)
+	b, err := wire.AppendPodRequest((*full)[:0], req)
 	if err != nil {
-		return nil, fmt.Errorf("%w: pod request: %w", wire.ErrInvalid, err)
+		return nil, sent{}, fmt.Errorf("%w: pod request: %w", wire.ErrInvalid, err)
 	}
-	c.lastReqSize.Store(int64(len(b)))
-	return encodedPodRequest(b), nil
+	*full = b
+	out, s := c.pools.rewrite(b, make([]byte, 0, c.lastReqSize.Load()+64))
+	c.lastReqSize.Store(int64(len(out)))
+	return encodedPodRequest(out), s, nil
 }
 
 // fastPoolPolicyDesc is PoolPolicy_ServiceDesc with SelectPodPools served through
@@ -134,11 +152,18 @@ func (s *poolPolicyServer) selectPodPoolsFast(ctx context.Context, in *podReques
 	if in.err != nil {
 		return nil, toStatus(in.err)
 	}
+	if err := s.pools.resolve(in.req, in.refs); err != nil {
+		return nil, toStatus(err)
+	}
 	d, err := s.impl.SelectPodPools(ctx, in.req)
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	return encodedPodDecision(wire.AppendPodDecision(make([]byte, 0, 64), d)), nil
+	out := wire.AppendPodDecision(make([]byte, 0, 64), d)
+	if in.refs.ids {
+		out = appendHeld(out)
+	}
+	return encodedPodDecision(out), nil
 }
 
 // registerFastPoolPolicy is RegisterPoolPolicy for a server created with serverCodec().

@@ -37,6 +37,7 @@ var sentinelReasons = []struct {
 	{cloud.ErrThrottled, "CLOUD_THROTTLED", codes.ResourceExhausted},
 	{cloud.ErrUnsupported, "CLOUD_UNSUPPORTED", codes.Unimplemented},
 	{cloud.ErrNoFreePrefix, "CLOUD_NO_FREE_PREFIX", codes.ResourceExhausted},
+	{errPoolRefUnknown, "POOL_REF_UNKNOWN", codes.FailedPrecondition}, // before ErrInvalid, which it wraps
 	{wire.ErrInvalid, "INVALID_MESSAGE", codes.InvalidArgument},
 	{ErrPluginPanic, "PANIC", codes.Internal},
 }

@@ -2,6 +2,7 @@ package pluginrpc
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 
@@ -41,7 +42,8 @@ func RegisterPoolPolicy(s grpc.ServiceRegistrar, impl policy.PoolPolicy, info In
 
 type poolPolicyServer struct {
 	rpc.UnimplementedPoolPolicyServer
-	impl policy.PoolPolicy
+	impl  policy.PoolPolicy
+	pools pluginPools // served by the fast path only
 }
 
 func (s *poolPolicyServer) SelectPodPools(ctx context.Context, m *pb.PodRequest) (*pb.PodDecision, error) {
@@ -75,6 +77,8 @@ type PoolPolicyClient struct {
 	c  rpc.PoolPolicyClient
 	// lastReqSize sizes the next request buffer.
 	lastReqSize atomic.Int64
+	// pools are the pool records the plugin holds (poolrefs.go).
+	pools hostPools
 }
 
 var (
@@ -92,7 +96,18 @@ func (c *PoolPolicyClient) SelectPodPools(ctx context.Context, req *policy.PodRe
 	if req == nil {
 		return policy.PodDecision{}, fmt.Errorf("%w: pod request is nil", wire.ErrInvalid)
 	}
-	raw, err := c.encodePodRequest(req)
+	d, err := c.selectPodPools(ctx, req)
+	if errors.Is(err, errPoolRefUnknown) {
+		// Another request told the plugin to forget a pool this one referred to: send it
+		// again in full.
+		c.pools.reset()
+		d, err = c.selectPodPools(ctx, req)
+	}
+	return d, err
+}
+
+func (c *PoolPolicyClient) selectPodPools(ctx context.Context, req *policy.PodRequest) (policy.PodDecision, error) {
+	raw, s, err := c.encodePodRequest(req)
 	if err != nil {
 		return policy.PodDecision{}, err
 	}
@@ -100,6 +115,7 @@ func (c *PoolPolicyClient) SelectPodPools(ctx context.Context, req *policy.PodRe
 	if err := c.cc.Invoke(ctx, rpc.PoolPolicy_SelectPodPools_FullMethodName, raw, &out, forceFast); err != nil {
 		return policy.PodDecision{}, fromStatus(ctx, "pool-policy SelectPodPools", err)
 	}
+	c.pools.answered(s, out.held)
 	return out.d, out.err
 }
 
