@@ -4,7 +4,8 @@
 #   make test     everything CI runs: lint, unit, integration, end to end (installs its tools);
 #                 a test that cannot run here fails instead of skipping; ends with a summary
 #   make generate regenerate every generated file (protobuf, CRDs, eBPF); verify-generated checks
-#   make bench    benchmark tables (allocator, store, daemon API, CNI path vs host-local, datapaths)
+#   make bench    benchmark tables (allocator, store, daemon API, CNI path vs host-local, datapaths,
+#                 go-plugin call vs gRPC echo)
 #
 SHELL := /bin/bash
 GO ?= go
@@ -22,7 +23,7 @@ TESTSUMMARY := $(BIN)/testsummary
 # GOTEST_JSON is `go test -json` through testsummary, saving the events under the target's name.
 GOTEST_JSON = $(TESTSUMMARY) -save $(TEST_RESULTS)/$@.jsonl -- $(GO) test -json
 
-.PHONY: all build run test test-short test-unit test-realnode test-sdk lint deps plugins testsummary bench bench-go clean help
+.PHONY: all build run test test-short test-unit test-realnode test-sdk lint deps plugins testsummary bench bench-go bench-goplugin clean help
 
 all: build
 
@@ -105,10 +106,14 @@ plugins: testsummary
 	@rm -f $(TEST_RESULTS)/$@.jsonl
 	@if [ -f plugin-examples/Makefile ]; then $(MAKE) --no-print-directory -C plugin-examples all test GOTEST='$(GOTEST_JSON)'; fi
 
-bench: build bench-go bench-cni bench-datapath
+bench: build bench-go bench-cni bench-datapath bench-goplugin
 
 bench-go:
 	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./core/allocator/ ./core/store/ ./core/daemon/ | tee $(ALLOT_CACHE)/bench-go.txt | grep -E '^(Benchmark|goos|cpu)' | column -t
+
+# A go-plugin pool-policy call against a bare gRPC echo over the same transport, alternating in one run; policy/echo-* are the ratios.
+bench-goplugin:
+	$(GO) test -run '^$$' -bench 'ProcessPolicyVsEcho' -benchtime 2s -count 6 ./core/pluginhost/process/ | tee $(ALLOT_CACHE)/bench-goplugin.txt | grep -E '^Benchmark'
 
 clean:
 	rm -rf $(BIN)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/allot-ipam/allot/sdk/cloud"
 	"github.com/allot-ipam/allot/sdk/datapath"
@@ -26,12 +27,25 @@ func call[I, R any](p *Plugin, ctx context.Context, method string, fn func(I, co
 	}
 	cctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
 	defer cancel()
-	r, err := fn(impl, cctx)
+	r, err := fn(impl, hostTimeout{cctx, ctx})
 	if err == nil {
 		return r, nil
 	}
 	return zero, p.callError(pr, ctx, cctx, method, err)
 }
+
+// hostTimeout is the call's context with the host's own timeout, which cancels the call,
+// but reporting only the caller's deadline: gRPC sends a context's deadline to the plugin
+// (a grpc-timeout header to write and parse and a timer in the plugin, per call: a tenth
+// of a bare call's cost), and the plugin needs none for a limit it does not enforce. When
+// the host's timeout passes, cancelling the call cancels the plugin's context all the same;
+// the caller's deadline still travels as before.
+type hostTimeout struct {
+	context.Context
+	caller context.Context
+}
+
+func (c hostTimeout) Deadline() (time.Time, bool) { return c.caller.Deadline() }
 
 // callError classifies a failed call: the caller's own deadline or cancellation, a hung
 // plugin (our timeout), a lost process, or an error the plugin returned.

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime/pprof"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
 
+	"github.com/allot-ipam/allot/internal/benchutil"
 	"github.com/allot-ipam/allot/sdk/pluginrpc"
 	"github.com/allot-ipam/allot/sdk/wire"
 )
@@ -96,11 +98,34 @@ func echoServe() {
 }
 
 func BenchmarkProcessEcho(b *testing.B) {
+	cc, pid := startEcho(b)
+	req, err := wire.AppendPodRequest(nil, podRequest("bench", nil, 20))
+	if err != nil {
+		b.Fatal(err)
+	}
+	// With deadline, each call carries the per-call timeout as the host's calls do (a
+	// grpc-timeout header and a timer on each side).
+	for _, deadline := range []bool{false, true} {
+		b.Run(map[bool]string{false: "bare", true: "deadline"}[deadline], func(b *testing.B) {
+			benchEcho(b, cc, pid, req, echoCall, deadline)
+		})
+	}
+}
+
+// echoCall is the codec option of every echo call.
+var echoCall = grpc.ForceCodecV2(echoCodec{})
+
+// startEcho starts the echo plugin (this test binary, re-executed) as the host starts a
+// plugin: go-plugin, AutoMTLS, gRPC over a unix socket, the host's dial options.
+func startEcho(b *testing.B) (*grpc.ClientConn, int) {
 	if testing.Short() {
 		b.Skip("slow: runs a plugin process")
 	}
 	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(), echoEnv+"=1", "GOMAXPROCS=1")
+	if v := os.Getenv("BENCH_ECHO_ENV"); v != "" { // e.g. TEST_PLUGIN_CPUPROFILE=/tmp/echo.prof
+		cmd.Env = append(cmd.Env, strings.Split(v, ",")...)
+	}
 	client := plugin.NewClient(&plugin.ClientConfig{
 		HandshakeConfig:  pluginrpc.Handshake,
 		Plugins:          plugin.PluginSet{"echo": echoPlugin{}},
@@ -120,20 +145,7 @@ func BenchmarkProcessEcho(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	cc := raw.(*grpc.ClientConn)
-	pid := client.ReattachConfig().Pid
-	req, err := wire.AppendPodRequest(nil, podRequest("bench", nil, 20))
-	if err != nil {
-		b.Fatal(err)
-	}
-	opt := grpc.ForceCodecV2(echoCodec{})
-	// With deadline, each call carries the per-call timeout as the host's calls do (a
-	// grpc-timeout header and a timer on each side).
-	for _, deadline := range []bool{false, true} {
-		b.Run(map[bool]string{false: "bare", true: "deadline"}[deadline], func(b *testing.B) {
-			benchEcho(b, cc, pid, req, opt, deadline)
-		})
-	}
+	return raw.(*grpc.ClientConn), client.ReattachConfig().Pid
 }
 
 func benchEcho(b *testing.B, cc *grpc.ClientConn, pid int, req []byte, opt grpc.CallOption, deadline bool) {
@@ -163,4 +175,75 @@ func benchEcho(b *testing.B, cc *grpc.ClientConn, pid int, req []byte, opt grpc.
 	b.ReportMetric(float64((host+plug).Nanoseconds())/float64(n), "cpu-ns/op")
 	b.ReportMetric(float64(plug.Nanoseconds())/float64(n), "plugin-cpu-ns/op")
 	b.ReportMetric(float64(len(req)), "req-bytes")
+}
+
+// BenchmarkProcessPolicyVsEcho is the pool-policy call measured against its transport floor
+// in the same run: the supervised plugin's SelectPodPools (20 pools) and a bare gRPC unary
+// echo of the same request bytes (BenchmarkProcessEcho's plugin: the same go-plugin
+// handshake, AutoMTLS, unix socket and dial options). The two alternate in blocks, so load
+// from other processes falls on both alike. Reported: each one's wall and CPU time per call
+// (CPU: the host per block, each plugin process over the run; the CPU ratio adds both) and the ratios
+// policy/echo, the figure the transport is held to.
+func BenchmarkProcessPolicyVsEcho(b *testing.B) {
+	cc, echoPID := startEcho(b)
+	p, _ := open(b, benchConfig(b))
+	pol, polPID := p.PoolPolicy(), p.Status().PID
+	req := podRequest("bench", nil, 20)
+	raw, err := wire.AppendPodRequest(nil, req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	echo := func() error {
+		in, out := raw, []byte(nil)
+		return cc.Invoke(ctx, "/allot.test.Echo/Echo", &in, &out, echoCall)
+	}
+	decide := func() error { _, err := pol.SelectPodPools(ctx, req); return err }
+	var echoM, polM blockMeter
+	echoCPU0, polCPU0 := cpuTime(b, echoPID), cpuTime(b, polPID)
+	for b.Loop() {
+		// Blocks of a few calls: host CPU time is read per block (getrusage is exact but
+		// not free), and a block is short enough for both to see the same load.
+		if err := echoM.run(echo); err != nil {
+			b.Fatal(err)
+		}
+		if err := polM.run(decide); err != nil {
+			b.Fatal(err)
+		}
+	}
+	echoM.plugin = cpuTime(b, echoPID) - echoCPU0
+	polM.plugin = cpuTime(b, polPID) - polCPU0
+	echoM.report(b, "echo")
+	polM.report(b, "policy")
+	b.ReportMetric(float64(polM.wall)/float64(echoM.wall), "policy/echo-wall")
+	b.ReportMetric(float64(polM.cpu+polM.plugin)/float64(echoM.cpu+echoM.plugin), "policy/echo-cpu")
+}
+
+// blockSize is the number of calls blockMeter.run makes per block.
+const blockSize = 16
+
+// blockMeter adds up the wall and host CPU time of blocks of calls.
+type blockMeter struct {
+	n         int
+	wall, cpu time.Duration
+	plugin    time.Duration // CPU time of the plugin process
+}
+
+func (m *blockMeter) run(call func() error) error {
+	cpu0, t0 := benchutil.CPUTime(), time.Now()
+	for range blockSize {
+		if err := call(); err != nil {
+			return err
+		}
+	}
+	m.wall += time.Since(t0)
+	m.cpu += benchutil.CPUTime() - cpu0
+	m.n += blockSize
+	return nil
+}
+
+func (m *blockMeter) report(b *testing.B, name string) {
+	b.ReportMetric(float64(m.wall.Nanoseconds())/float64(m.n), name+"-ns/call")
+	b.ReportMetric(float64(m.cpu.Nanoseconds())/float64(m.n), name+"-host-cpu-ns/call")
+	b.ReportMetric(float64(m.plugin.Nanoseconds())/float64(m.n), name+"-plugin-cpu-ns/call")
 }

@@ -429,11 +429,7 @@ func TestConfigValidate(t *testing.T) {
 // BENCH_PLUGIN_ENV=K=V,... adds plugin environment, e.g. GOMAXPROCS=2 to compare with the
 // host's default of 1, or TEST_PLUGIN_CPUPROFILE=/tmp/plugin.prof to profile the plugin.
 func BenchmarkProcessPolicyDecision(b *testing.B) {
-	cfg := testConfig(b, "policyplugin")
-	if v := os.Getenv("BENCH_PLUGIN_ENV"); v != "" {
-		cfg.Env = strings.Split(v, ",")
-	}
-	p, _ := open(b, cfg)
+	p, _ := open(b, benchConfig(b))
 	pol := p.PoolPolicy()
 	req := podRequest("bench", nil, 20)
 	ctx := context.Background()
@@ -454,6 +450,15 @@ func BenchmarkProcessPolicyDecision(b *testing.B) {
 	host, plugin := cpuTime(b, 0)-host0, cpuTime(b, pid)-plugin0
 	b.ReportMetric(float64((host+plugin).Nanoseconds())/float64(n), "cpu-ns/op")
 	b.ReportMetric(float64(plugin.Nanoseconds())/float64(n), "plugin-cpu-ns/op")
+}
+
+// benchConfig is the test plugin's configuration with BENCH_PLUGIN_ENV added.
+func benchConfig(b *testing.B) Config {
+	cfg := testConfig(b, "policyplugin")
+	if v := os.Getenv("BENCH_PLUGIN_ENV"); v != "" {
+		cfg.Env = strings.Split(v, ",")
+	}
+	return cfg
 }
 
 // cpuTime returns the user+system CPU time of this process (pid 0) or of pid, from
