@@ -63,6 +63,7 @@ func newRoot(out io.Writer) *cobra.Command {
 		}),
 		o.clusterCommand(),
 		o.importCommand(),
+		o.explainCommand(),
 	)
 	root.SetOut(out)
 	return root

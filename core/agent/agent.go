@@ -40,6 +40,7 @@ import (
 	"time"
 
 	"github.com/allot-ipam/allot/core/api"
+	"github.com/allot-ipam/allot/core/explain"
 	"github.com/allot-ipam/allot/core/ipam"
 	"github.com/allot-ipam/allot/core/k8s"
 	"github.com/allot-ipam/allot/core/k8s/apis/allot/v1alpha1"
@@ -341,6 +342,10 @@ func (a *Agent) PodContext(ctx context.Context, req *policy.PodRequest) error {
 	if req.Pod.Name == "" {
 		return nil // not a Kubernetes pod (cnitool, tests): the policy decides on the rest
 	}
+	if dry := explain.From(ctx).DryRunPod(); dry != nil {
+		req.Pod = *dry // a dry run: the pod as its manifest has it, maybe not created yet
+		return a.namespaceContext(ctx, req)
+	}
 	key := types.NamespacedName{Namespace: req.Pod.Namespace, Name: req.Pod.Name}
 	var pod corev1.Pod
 	err := a.cachedGet(ctx, key, &pod)
@@ -369,6 +374,11 @@ func (a *Agent) PodContext(ctx context.Context, req *policy.PodRequest) error {
 	if ref := metav1.GetControllerOf(&pod); ref != nil {
 		req.Pod.OwnerKind, req.Pod.OwnerName = ref.Kind, ref.Name
 	}
+	return a.namespaceContext(ctx, req)
+}
+
+// namespaceContext completes a policy request with the pod's namespace.
+func (a *Agent) namespaceContext(ctx context.Context, req *policy.PodRequest) error {
 	var ns corev1.Namespace
 	nsKey := types.NamespacedName{Name: req.Pod.Namespace}
 	if err := a.cachedGet(ctx, nsKey, &ns); err != nil {

@@ -23,6 +23,7 @@ import (
 	"github.com/allot-ipam/allot/core/api/server"
 	"github.com/allot-ipam/allot/core/config"
 	"github.com/allot-ipam/allot/core/datapathctl"
+	"github.com/allot-ipam/allot/core/explain"
 	"github.com/allot-ipam/allot/core/ipam"
 	"github.com/allot-ipam/allot/core/registry"
 	"github.com/allot-ipam/allot/core/store"
@@ -138,6 +139,8 @@ func listenAPI(cfg *config.Config, log *slog.Logger) (net.Listener, error) {
 // and their metrics.
 func (d *Daemon) newAPIServer(svc api.Service) *server.Server {
 	a := d.cfg.API
+	// Every ADD is traced and its explanation kept per pod interface (allotctl explain).
+	svc = explain.NewService(svc, explain.NewRecorder(explain.DefaultCapacity))
 	return server.NewWithOptions(svc, d.log.With("component", "api"), server.Options{
 		Limits:  server.Limits{MaxInFlight: a.MaxInFlight, MaxQueued: a.MaxQueued, QueueWait: a.QueueWait},
 		Metrics: server.NewMetrics(d.reg),

@@ -10,6 +10,7 @@ import (
 	"github.com/allot-ipam/allot/core/agent"
 	"github.com/allot-ipam/allot/core/api"
 	"github.com/allot-ipam/allot/core/config"
+	"github.com/allot-ipam/allot/core/explain"
 	"github.com/allot-ipam/allot/core/registry"
 	"github.com/allot-ipam/allot/core/sharedpool"
 	"github.com/allot-ipam/allot/sdk/policy"
@@ -60,6 +61,19 @@ func serviceFor(cfg *config.Config, m api.Service, ag *agent.Agent) api.Service 
 		return m
 	}
 	return &sharedRouter{ipam: m, shared: ag.Shared(), isShared: cfg.Cluster.SharedPools.SharedNetwork}
+}
+
+// AllocateDryRun routes a dry run (allotctl explain --dry-run) as Allocate routes the ADD.
+func (r *sharedRouter) AllocateDryRun(ctx context.Context, req *api.AllocateRequest) (*api.Allocation, error) {
+	var svc any = r.ipam
+	if r.isShared(req.Network) {
+		svc = r.shared
+	}
+	dr, ok := svc.(explain.DryRunner)
+	if !ok {
+		return nil, api.Errorf(api.CodeInternal, "network %q: no dry run for its allocator", req.Network)
+	}
+	return dr.AllocateDryRun(ctx, req)
 }
 
 func (r *sharedRouter) Allocate(ctx context.Context, req *api.AllocateRequest) (*api.Allocation, error) {

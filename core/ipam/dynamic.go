@@ -12,6 +12,7 @@ import (
 
 	"github.com/allot-ipam/allot/core/allocator"
 	"github.com/allot-ipam/allot/core/api"
+	"github.com/allot-ipam/allot/core/explain"
 	"github.com/allot-ipam/allot/core/store"
 	"github.com/allot-ipam/allot/sdk/policy"
 )
@@ -470,7 +471,7 @@ func (m *Manager) waitAndTakeLocked(ctx context.Context, req *api.AllocateReques
 				m.waitMessageLocked(keys), time.Since(begin).Round(time.Millisecond), ctx.Err())
 		}
 		m.mu.Lock()
-		addrs, err := m.takeLocked(req, d, requested)
+		addrs, err := m.takeLocked(req, d, requested, take{tr: explain.From(ctx)})
 		if err == nil || api.CodeOf(err) != api.CodeExhausted {
 			return addrs, err
 		}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/allot-ipam/allot/core/allocator"
 	"github.com/allot-ipam/allot/core/api"
+	"github.com/allot-ipam/allot/core/explain"
 	"github.com/allot-ipam/allot/core/store"
 	"github.com/allot-ipam/allot/sdk/policy"
 )
@@ -329,7 +330,7 @@ func (m *Manager) reserve(ctx context.Context, req *api.AllocateRequest, owner s
 
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	addrs, err := m.takeLocked(req, decision, requested)
+	addrs, err := m.takeLocked(req, decision, requested, take{tr: explain.From(ctx)})
 	if err != nil && m.opts.Dynamic != nil && api.CodeOf(err) == api.CodeExhausted {
 		addrs, err = m.waitAndTakeLocked(ctx, req, decision, requested)
 	}
@@ -394,6 +395,9 @@ func (m *Manager) decide(ctx context.Context, req *api.AllocateRequest, views []
 		Namespace: policy.Namespace{Name: req.Pod.Namespace},
 		Pools:     views,
 	}
+	tr := explain.From(ctx)
+	tr.Service("node pools")
+	tr.Pools(views)
 	if m.opts.PodContext != nil {
 		if err := m.opts.PodContext(pctx, preq); err != nil {
 			if api.CodeOf(err) == api.CodeInternal {
@@ -406,6 +410,7 @@ func (m *Manager) decide(ctx context.Context, req *api.AllocateRequest, views []
 		}
 	}
 	d, err := pol.SelectPodPools(pctx, preq)
+	tr.Outcome("policy", d, err)
 	if err != nil {
 		return d, api.Errorf(api.CodeUnavailable, "pool policy failed: %v", err)
 	}
@@ -429,11 +434,13 @@ func (m *Manager) decide(ctx context.Context, req *api.AllocateRequest, views []
 // takeLocked takes one address per wanted family: the requested one if the runtime asked for
 // one in that family, else the next free address of the first candidate pool that has one.
 // On failure nothing stays taken.
-func (m *Manager) takeLocked(req *api.AllocateRequest, d policy.PodDecision, requested []netip.Addr) ([]store.Address, error) {
+func (m *Manager) takeLocked(req *api.AllocateRequest, d policy.PodDecision, requested []netip.Addr, tk take) ([]store.Address, error) {
 	var taken []store.Address
 	fail := func(err error) ([]store.Address, error) {
 		for _, a := range taken {
-			m.freeLocked(a)
+			if !tk.dry {
+				m.freeLocked(a)
+			}
 		}
 		return nil, err
 	}
@@ -451,7 +458,7 @@ func (m *Manager) takeLocked(req *api.AllocateRequest, d policy.PodDecision, req
 		}
 		if idx >= 0 {
 			used[idx] = true
-			a, err := m.takeRequestedLocked(req.Owner, idx, requested[idx], fam.cands)
+			a, err := m.takeRequestedLocked(req.Owner, idx, requested[idx], fam.cands, tk)
 			if err != nil {
 				return fail(err)
 			}
@@ -461,7 +468,7 @@ func (m *Manager) takeLocked(req *api.AllocateRequest, d policy.PodDecision, req
 		if len(fam.cands) == 0 {
 			continue
 		}
-		a, err := m.takeNextLocked(fam.f, fam.cands)
+		a, err := m.takeNextLocked(fam.f, fam.cands, tk)
 		if err != nil {
 			return fail(err)
 		}
@@ -475,7 +482,7 @@ func (m *Manager) takeLocked(req *api.AllocateRequest, d policy.PodDecision, req
 	return taken, nil
 }
 
-func (m *Manager) takeRequestedLocked(o api.Owner, idx int, a netip.Addr, cands []policy.Candidate) (store.Address, error) {
+func (m *Manager) takeRequestedLocked(o api.Owner, idx int, a netip.Addr, cands []policy.Candidate, tk take) (store.Address, error) {
 	field := fmt.Sprintf("ips[%d]", idx)
 	p := m.poolContaining(a)
 	if p == nil {
@@ -491,17 +498,17 @@ func (m *Manager) takeRequestedLocked(o api.Owner, idx int, a netip.Addr, cands 
 	if p.disabled {
 		return store.Address{}, &api.Error{Code: api.CodeNoPool, Field: field, Message: fmt.Sprintf("%s is in pool %q, which is disabled (IPPool spec.disable)", a, p.alloc.Name())}
 	}
-	if err := p.alloc.Allocate(a); err != nil {
+	if err := tk.allocate(p, a); err != nil {
 		if errors.Is(err, allocator.ErrInUse) {
 			holder := m.holders[a]
 			return store.Address{}, &api.Error{Code: api.CodeConflict, Field: field, Message: fmt.Sprintf("%s is already held by %s", a, holder)}
 		}
 		return store.Address{}, api.InvalidField(field, "%v", err)
 	}
-	return m.addressOf(p, a), nil
+	return tk.chose(p, m.addressOf(p, a)), nil
 }
 
-func (m *Manager) takeNextLocked(fam policy.Family, cands []policy.Candidate) (store.Address, error) {
+func (m *Manager) takeNextLocked(fam policy.Family, cands []policy.Candidate, tk take) (store.Address, error) {
 	var tried, disabled []string
 	for _, c := range cands {
 		p, ok := m.pools[poolKey{c.Pool, fam}]
@@ -510,18 +517,19 @@ func (m *Manager) takeNextLocked(fam policy.Family, cands []policy.Candidate) (s
 		}
 		if p.disabled {
 			disabled = append(disabled, c.Pool)
+			tk.tr.Pool(c.Pool, fam, api.VerdictDisabled, "IPPool spec.disable")
 			continue
 		}
-		a, err := p.alloc.AllocateNext()
+		a, err := tk.next(p)
 		if errors.Is(err, allocator.ErrExhausted) {
 			tried = append(tried, c.Pool)
-			m.opts.Metrics.exhausted(c.Pool)
+			tk.exhausted(m, p)
 			continue
 		}
 		if err != nil {
 			return store.Address{}, api.Errorf(api.CodeInternal, "pool %q: %v", c.Pool, err)
 		}
-		return m.addressOf(p, a), nil
+		return tk.chose(p, m.addressOf(p, a)), nil
 	}
 	if len(tried) == 0 && len(disabled) > 0 {
 		// Nothing to wait for: a new block would not be used either.

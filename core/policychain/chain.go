@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/allot-ipam/allot/core/explain"
 	"github.com/allot-ipam/allot/sdk/policy"
 )
 
@@ -131,8 +132,10 @@ func (c *Chain) Names() []string {
 // SelectPodPools implements policy.PoolPolicy.
 func (c *Chain) SelectPodPools(ctx context.Context, req *policy.PodRequest) (policy.PodDecision, error) {
 	var skips []string
+	tr := explain.From(ctx) // nil unless allotctl explain will want the steps
 	for _, l := range c.links {
 		d, err := c.podOnce(ctx, l, req)
+		tr.Policy(l.Name, d, err, false)
 		if err != nil {
 			if ctx.Err() != nil {
 				// The caller gave up; a fallback would fail the same way.
@@ -143,6 +146,7 @@ func (c *Chain) SelectPodPools(ctx context.Context, req *policy.PodRequest) (pol
 				return policy.PodDecision{}, fmt.Errorf("policychain: policy %q: %w", l.Name, err)
 			}
 			fd, ferr := c.podOnce(ctx, *c.fallback, req)
+			tr.Policy(c.fallback.Name, fd, ferr, true)
 			if ferr != nil {
 				c.report(c.fallback.Name, ferr)
 				return policy.PodDecision{}, fmt.Errorf("policychain: policy %q: %w; fallback %q: %w", l.Name, err, c.fallback.Name, ferr)

@@ -22,6 +22,7 @@ func ValidatePodDecision(d *policy.PodDecision, req *policy.PodRequest) error {
 		return err
 	}
 	d.Reason, d.Source = clean(d.Reason), clean(d.Source)
+	d.Rejected = cleanRejected(d.Rejected, len(req.Pools))
 	n := len(d.IPv4) + len(d.IPv6)
 	if d.Code != policy.Decided {
 		if n > 0 {
@@ -124,4 +125,19 @@ func clean(s string) string {
 		s = s[:cut] + "…"
 	}
 	return s
+}
+
+// cleanRejected bounds a decision's per-pool detail, which people read and nothing acts on:
+// at most two entries per pool (one per family), texts cleaned, causes out of range dropped.
+func cleanRejected(rs []policy.Rejection, pools int) []policy.Rejection {
+	if len(rs) > 2*pools {
+		rs = rs[:2*pools]
+	}
+	for i := range rs {
+		rs[i].Pool, rs[i].Reason = clean(rs[i].Pool), clean(rs[i].Reason)
+		if rs[i].Cause < 0 || rs[i].Cause > policy.MaxCause {
+			rs[i].Cause = policy.CauseUnspecified
+		}
+	}
+	return rs
 }

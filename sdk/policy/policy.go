@@ -21,7 +21,11 @@ import (
 //
 // 1.1.0 added Cause to PodDecision and NodeDecision: a plugin of 1.0 never sets it, and the
 // host reads its absence as CauseUnspecified.
-const ContractVersion = "1.1.0"
+//
+// 1.2.0 added Rejected to PodDecision (per pool, why a policy left it out, for allotctl
+// explain): a plugin of 1.0 or 1.1 never sets it, and the host reads that as "no per-pool
+// detail".
+const ContractVersion = "1.2.0"
 
 // PoolPolicy is the interface every pool policy implements, whatever its transport.
 //
@@ -234,6 +238,21 @@ type PodDecision struct {
 	// Source names the rule that produced the candidates (for logs and events), e.g.
 	// "pod annotation ipam.cilium.io/ip-pool".
 	Source string
+	// Rejected optionally lists pools the policy left out and why (since contract 1.2), so
+	// that allotctl explain can say why a pod did not get an address of a pool. Hosts show it
+	// to people and never act on it; leaving it empty means "no per-pool detail".
+	Rejected []Rejection
+}
+
+// Rejection is one pool a policy left out of a PodDecision, and why.
+type Rejection struct {
+	Pool string
+	// Family narrows the rejection to one family of the pool; empty means both.
+	Family Family
+	// Cause classifies Reason (CauseNoMatch: a selector or name does not match; CauseFull:
+	// no free address; CauseUnavailable: disabled, terminating, affinity, wrong family).
+	Cause  Cause
+	Reason string
 }
 
 // CIDRSpec is one family of a CIDR config.

@@ -1,0 +1,157 @@
+// Package explain records how allotd decided one ADD, for allotctl explain: the policies of
+// the chain in order with their answers, what each pool was to the decision (taken, a
+// candidate, exhausted, rejected by a policy and why), and the address and block chosen.
+//
+// A request carries a *Trace in its context (With); the policy chain (core/policychain),
+// the node's manager (core/ipam) and the shared-pool allocator (core/sharedpool) fill it when
+// one is there (From returns nil otherwise, and every method of a nil *Trace does nothing).
+// Recording keeps the values the decision already made (the policy's answers, the pool
+// views) and formats nothing: words are built only when someone asks (Trace.Explanation).
+// Service wraps the daemon's api.Service: it traces every ADD, keeps the last trace per pod
+// interface in a bounded Recorder, and serves the local API's explain call.
+package explain
+
+import (
+	"context"
+	"net/netip"
+	"sync"
+
+	"github.com/allot-ipam/allot/sdk/policy"
+)
+
+type ctxKey struct{}
+
+// With returns ctx carrying t.
+func With(ctx context.Context, t *Trace) context.Context { return context.WithValue(ctx, ctxKey{}, t) }
+
+// From returns the trace ctx carries, or nil.
+func From(ctx context.Context) *Trace {
+	t, _ := ctx.Value(ctxKey{}).(*Trace)
+	return t
+}
+
+// Trace is what one ADD's decision went through. Safe for concurrent use; the zero value is
+// ready, and a nil *Trace records nothing.
+type Trace struct {
+	mu       sync.Mutex
+	service  string
+	dryRun   *policy.Pod
+	pools    []policy.PoolView
+	steps    []step
+	verdicts []verdict
+	chosen   []chosen
+}
+
+type step struct {
+	name     string
+	d        policy.PodDecision
+	err      error
+	fallback bool
+}
+
+// verdict is what the allocator found of a candidate (the policy's verdicts are in steps).
+type verdict struct {
+	pool    string
+	fam     policy.Family
+	verdict string
+	reason  string
+}
+
+type chosen struct {
+	pool  string
+	addr  netip.Prefix
+	block netip.Prefix
+	gw    netip.Addr
+}
+
+// Service names what serves the request ("node pools", "shared pools").
+func (t *Trace) Service(name string) {
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	t.service = name
+	t.mu.Unlock()
+}
+
+// DryRunPod returns the pod of a dry run, as its manifest has it (labels, annotations,
+// controller), or nil: a pod not created yet is in no informer cache, so whoever completes
+// the policy's input takes it from here (core/agent's PodContext).
+func (t *Trace) DryRunPod() *policy.Pod {
+	if t == nil {
+		return nil
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.dryRun
+}
+
+// Pools records the pools the policy saw, with their free counts.
+func (t *Trace) Pools(views []policy.PoolView) {
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	t.pools = views
+	t.mu.Unlock()
+}
+
+// Policy records one policy's answer (or failure) in the chain; fallback marks the chain's
+// fallback answering for the policy recorded before it.
+func (t *Trace) Policy(name string, d policy.PodDecision, err error, fallback bool) {
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	t.steps = append(t.steps, step{name: name, d: d, err: err, fallback: fallback})
+	t.mu.Unlock()
+}
+
+// Outcome records the answer of a network's policy that is not a chain (which records its
+// own steps): the step the explanation shows is then this one, named name.
+func (t *Trace) Outcome(name string, d policy.PodDecision, err error) {
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	if len(t.steps) == 0 {
+		t.steps = append(t.steps, step{name: name, d: d, err: err})
+	}
+	t.mu.Unlock()
+}
+
+// Pool records what the allocator found of candidate pool (one of api's Verdict values).
+func (t *Trace) Pool(pool string, fam policy.Family, verdict, reason string) {
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	t.verdicts = append(t.verdicts, verdictOf(pool, fam, verdict, reason))
+	t.mu.Unlock()
+}
+
+func verdictOf(pool string, fam policy.Family, v, reason string) verdict {
+	return verdict{pool: pool, fam: fam, verdict: v, reason: reason}
+}
+
+// Chose records an address taken (or, in a dry run, that would be) from pool, with the
+// block (the pool's CIDR) it lies in and its gateway.
+func (t *Trace) Chose(pool string, addr, block netip.Prefix, gw netip.Addr) {
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	t.chosen = append(t.chosen, chosen{pool: pool, addr: addr, block: block, gw: gw})
+	t.mu.Unlock()
+}
+
+// Reset forgets what a previous attempt recorded (an ADD that waited for a block and
+// decides again), keeping the service and dry-run pod.
+func (t *Trace) Reset() {
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	t.pools, t.steps, t.verdicts, t.chosen = nil, nil, nil, nil
+	t.mu.Unlock()
+}
