@@ -444,12 +444,14 @@ func (e *Engine) Nodes() []string {
 	return out
 }
 
-func (e *Engine) fail(n *node, r *PassResult, op string, err error) {
-	r.Errors++
-	n.status.LastError = op + ": " + err.Error()
-	n.inv = nil // re-read the truth next pass
+// fail records a failed cloud call of a node's pass. It names the node from the pass's
+// snapshot: the node's live state is UpsertNode's to write while the pass runs.
+func (e *Engine) fail(np *nodePass, op string, err error) {
+	np.r.Errors++
+	np.n.status.LastError = op + ": " + err.Error()
+	np.n.inv = nil // re-read the truth next pass
 	e.opts.Metrics.countError(op, err)
-	e.log.Warn("eni: cloud call failed", "node", n.state.Ref.Name, "op", op, "err", err)
+	e.log.Warn("eni: cloud call failed", "node", np.q.name, "op", op, "err", err)
 }
 
 func (e *Engine) description(node string) string {

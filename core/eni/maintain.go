@@ -138,7 +138,7 @@ func (e *Engine) allocateOn(ctx context.Context, np *nodePass, ifc cloud.Interfa
 		np.skip[ifc.ID] = true
 		return true
 	}
-	e.fail(np.n, &np.r.PassResult, "allocate", err)
+	e.fail(np, "allocate", err)
 	return false
 }
 
@@ -181,7 +181,7 @@ func (e *Engine) createOne(ctx context.Context, np *nodePass, want int) bool {
 	case errors.Is(err, cloud.ErrLimitReached):
 		np.blocked = "interface limit reached: " + err.Error()
 	default:
-		e.fail(np.n, &np.r.PassResult, "create interface", err)
+		e.fail(np, "create interface", err)
 	}
 	return false
 }
@@ -201,7 +201,7 @@ func (e *Engine) ensureIPv6Prefix(ctx context.Context, np *nodePass) {
 	np.r.Worked++
 	got, err := e.backend.Allocate(ctx, cloud.AllocateRequest{Node: np.s.Ref, Interface: el[0].ID, Family: cloud.IPv6, Count: 1, Prefixes: true})
 	if err != nil {
-		e.fail(np.n, &np.r.PassResult, "allocate IPv6 prefix", err)
+		e.fail(np, "allocate IPv6 prefix", err)
 		return
 	}
 	addPrefixes(np.inv, el[0].ID, got.Prefixes)
@@ -230,7 +230,7 @@ func (e *Engine) finish(ctx context.Context, np *nodePass) {
 		return
 	}
 	if err := e.opts.Publisher.Publish(ctx, np.q.name, pool); err != nil {
-		e.fail(n, &np.r.PassResult, "publish", err)
+		e.fail(np, "publish", err)
 		return
 	}
 	n.published = sig
