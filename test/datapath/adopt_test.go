@@ -18,6 +18,7 @@ import (
 	cebpf "github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 )
 
 // An agent stopped without uninstalling (a rolling update, a node reboot) leaves its
@@ -164,6 +165,23 @@ func TestIPTablesAdoptsPredecessor(t *testing.T) {
 	}
 }
 
+// requireTCX stops a test about tcx links when dp fell back to clsact
+// filters: the kernel has no tcx (Linux 6.6+). A failure under CI, with the
+// kernel release in the reason (internal/testenv).
+func requireTCX(t *testing.T, dp *ebpf.Datapath) {
+	t.Helper()
+	st, err := dp.Status(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Detail["attach"] != "tcx" {
+		var u unix.Utsname
+		_ = unix.Uname(&u)
+		testenv.Missing(t, fmt.Sprintf("kernel %s has no tcx (Linux 6.6+): the programs were attached as %q",
+			unix.ByteSliceToString(u.Release[:]), st.Detail["attach"]))
+	}
+}
+
 // tcxPrograms counts the tcx programs attached to link name, per direction.
 func tcxPrograms(t *testing.T, tp *topo.Topology, name string) (egress, ingress []uint32) {
 	t.Helper()
@@ -247,6 +265,7 @@ func TestEBPFPinnedLinksAreAdopted(t *testing.T) {
 	if err := inNode(tp, func() error { return first.Apply(ctx, cfg) }); err != nil {
 		t.Fatal(err)
 	}
+	requireTCX(t, first)
 	eg1, in1 := tcxPrograms(t, tp, topo.EgressLink)
 	if len(eg1) != 1 || len(in1) != 1 {
 		t.Fatalf("first process: egress %v ingress %v", eg1, in1)
@@ -330,6 +349,7 @@ func TestEBPFReplacesLegacyFilters(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = inNode(tp, func() error { return tcx.Remove(ctx) }) })
+	requireTCX(t, tcx)
 	if n := tcFilters(t, tp, topo.EgressLink); n != 0 {
 		t.Fatalf("%d legacy filters left beside the tcx programs", n)
 	}
