@@ -6,10 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"strings"
-	"time"
 
 	"github.com/allot-ipam/allot/core/api"
 	"github.com/allot-ipam/allot/core/api/framing"
@@ -65,7 +63,7 @@ func (c *socketClient) Status(ctx context.Context) (*api.Status, error) {
 
 // do runs one request: appendReq encodes it, decode reads the answer.
 func (c *socketClient) do(ctx context.Context, op framing.Op, appendReq func([]byte) []byte, decode func([]byte) error) error {
-	return c.session(ctx, op, func(conn net.Conn) error { return exchangeFramed(conn, op, appendReq, decode) })
+	return c.session(ctx, op, func(conn io.ReadWriter) error { return exchangeFramed(conn, op, appendReq, decode) })
 }
 
 // errNotFramed: the daemon answered the framed preface with HTTP (an allotd older than the
@@ -74,7 +72,7 @@ var errNotFramed = errors.New("allotd answers HTTP: it predates the framed proto
 
 // exchangeFramed sends the preface and one request frame in one write and reads the
 // daemon's preface and answer (core/api/frame).
-func exchangeFramed(conn net.Conn, op framing.Op, appendReq func([]byte) []byte, decode func([]byte) error) error {
+func exchangeFramed(conn io.ReadWriter, op framing.Op, appendReq func([]byte) []byte, decode func([]byte) error) error {
 	b := make([]byte, 0, 512)
 	b = append(b, framing.Preface...)
 	b, start := framing.Begin(b, 1, op)
@@ -125,29 +123,17 @@ func exchangeFramed(conn net.Conn, op framing.Op, appendReq func([]byte) []byte,
 	return nil
 }
 
-// session dials the daemon and runs one exchange on the connection, bounded by ctx.
-func (c *socketClient) session(ctx context.Context, op framing.Op, exchange func(net.Conn) error) error {
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, "unix", c.socket)
+// session dials the daemon and runs one exchange on the connection, bounded by ctx (dial
+// makes ctx's end interrupt a blocked read or write).
+func (c *socketClient) session(ctx context.Context, op framing.Op, exchange func(io.ReadWriter) error) error {
+	conn, err := dial(ctx, c.socket)
 	if err != nil {
 		if ctx.Err() != nil {
 			return fmt.Errorf("allotd %s: %w", op, ctx.Err())
 		}
-		var op *net.OpError
-		if errors.As(err, &op) && op.Err != nil {
-			err = op.Err
-		}
 		return fmt.Errorf("%w at %s: %v", ErrDaemonUnreachable, c.socket, err)
 	}
 	defer conn.Close()
-	// The ctx bounds the whole exchange: its deadline becomes the connection's, and a
-	// cancellation interrupts blocked reads and writes.
-	if dl, ok := ctx.Deadline(); ok {
-		_ = conn.SetDeadline(dl)
-	}
-	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
-	defer stop()
-
 	err = exchange(conn)
 	switch {
 	case err == nil:
