@@ -85,7 +85,7 @@ func TestExplainStandalone(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"pod web/a, interface eth0", `Got 10.9.0.1/30 from pool "small" block 10.9.0.0/30`,
-		"1. static", "Decided", "small ipv4 taken allocator 2/2", "blue ipv4 not chosen static 254/254"} {
+		"1. static", "Decided", "small ipv4 taken allocator 2/2", "blue ipv4 rejected static 254/254 NoMatch: not a default pool, and the CNI config (ipam.pools) names none"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("explain pod web/a: no %q in\n%s", want, out)
 		}

@@ -58,16 +58,16 @@ func famOf(p netip.Prefix) policy.Family {
 }
 
 func stepOf(s step) api.PolicyStep {
-	p := api.PolicyStep{Policy: s.name, Fallback: s.fallback}
-	if s.err != nil {
-		p.Error = s.err.Error()
+	p := api.PolicyStep{Policy: s.Name, Fallback: s.Fallback}
+	if s.Err != nil {
+		p.Error = s.Err.Error()
 		return p
 	}
-	p.Code, p.Reason, p.Source = s.d.Code.String(), s.d.Reason, s.d.Source
-	if s.d.Cause != policy.CauseUnspecified {
-		p.Cause = s.d.Cause.String()
+	p.Code, p.Reason, p.Source = s.Decision.Code.String(), s.Decision.Reason, s.Decision.Source
+	if s.Decision.Cause != policy.CauseUnspecified {
+		p.Cause = s.Decision.Cause.String()
 	}
-	p.IPv4, p.IPv6 = poolNames(s.d.IPv4), poolNames(s.d.IPv6)
+	p.IPv4, p.IPv6 = poolNames(s.Decision.IPv4), poolNames(s.Decision.IPv6)
 	return p
 }
 
@@ -85,7 +85,7 @@ func poolNames(cs []policy.Candidate) []string {
 // deciding is the step whose answer stood: the last one that did not fail or skip.
 func (t *Trace) deciding() (step, bool) {
 	for i := len(t.steps) - 1; i >= 0; i-- {
-		if s := t.steps[i]; s.err == nil && s.d.Code != policy.Skip {
+		if s := t.steps[i]; s.Err == nil && s.Decision.Code != policy.Skip {
 			return s, true
 		}
 	}
@@ -100,13 +100,13 @@ func (t *Trace) poolVerdicts() []api.PoolVerdict {
 		pv := api.PoolVerdict{Pool: v.Name, Family: string(v.Family), Free: v.Free, Total: v.Total}
 		switch {
 		case t.allocatorVerdict(&pv):
-		case decided && isCandidate(dec.d, v.Name, v.Family):
-			pv.Verdict, pv.By = api.VerdictCandidate, dec.name
+		case decided && isCandidate(dec.Decision, v.Name, v.Family):
+			pv.Verdict, pv.By = api.VerdictCandidate, dec.Name
 		case t.rejection(&pv):
 		default:
 			pv.Verdict = api.VerdictNotChosen
 			if decided {
-				pv.By = dec.name
+				pv.By = dec.Name
 			}
 		}
 		out = append(out, pv)
@@ -135,9 +135,9 @@ func (t *Trace) allocatorVerdict(pv *api.PoolVerdict) bool {
 func (t *Trace) rejection(pv *api.PoolVerdict) bool {
 	for i := len(t.steps) - 1; i >= 0; i-- {
 		s := t.steps[i]
-		for _, r := range s.d.Rejected {
+		for _, r := range s.Decision.Rejected {
 			if r.Pool == pv.Pool && (r.Family == "" || string(r.Family) == pv.Family) {
-				pv.Verdict, pv.By, pv.Reason = api.VerdictRejected, s.name, r.Reason
+				pv.Verdict, pv.By, pv.Reason = api.VerdictRejected, s.Name, r.Reason
 				if r.Cause != policy.CauseUnspecified {
 					pv.Cause = r.Cause.String()
 				}

@@ -33,10 +33,10 @@ func verdicts(e api.Explanation) map[string]api.PoolVerdict {
 func TestPoolVerdicts(t *testing.T) {
 	tr := &Trace{}
 	tr.Pools(views("a", "b", "c", "d", "e"))
-	tr.Policy("annotations", policy.PodDecision{Code: policy.Skip, Rejected: []policy.Rejection{
-		{Pool: "d", Cause: policy.CauseUnavailable, Reason: "disabled"}}}, nil, false)
-	tr.Policy("broken", policy.PodDecision{}, errors.New("boom"), false)
-	tr.Policy("static", policy.PodDecision{Code: policy.Decided, IPv4: []policy.Candidate{{Pool: "a"}, {Pool: "b"}, {Pool: "c"}}}, nil, true)
+	tr.Policy(Step{Name: "annotations", Decision: policy.PodDecision{Code: policy.Skip, Rejected: []policy.Rejection{
+		{Pool: "d", Cause: policy.CauseUnavailable, Reason: "disabled"}}}})
+	tr.Policy(Step{Name: "broken", Err: errors.New("boom")})
+	tr.Policy(Step{Name: "static", Decision: policy.PodDecision{Code: policy.Decided, IPv4: []policy.Candidate{{Pool: "a"}, {Pool: "b"}, {Pool: "c"}}}, Fallback: true})
 	tr.Pool("a", policy.IPv4, api.VerdictExhausted, "all 10 in use")
 	tr.Pool("b", policy.IPv4, api.VerdictExhausted, "all 10 in use")
 	tr.Chose("b", netip.MustParsePrefix("10.0.0.9/24"), netip.MustParsePrefix("10.0.0.0/24"), netip.Addr{})
@@ -70,19 +70,19 @@ func TestPoolVerdicts(t *testing.T) {
 // win over it.
 func TestOutcomeOnlyWithoutChainSteps(t *testing.T) {
 	tr := &Trace{}
-	tr.Outcome("policy", policy.PodDecision{Code: policy.NoFit, Cause: policy.CauseFull, Reason: "r"}, nil)
+	tr.Outcome(Step{Name: "policy", Decision: policy.PodDecision{Code: policy.NoFit, Cause: policy.CauseFull, Reason: "r"}})
 	e := tr.Explanation(Meta{}, api.Errorf(api.CodeNoPool, "no pool"))
 	if len(e.Policies) != 1 || e.Policies[0].Cause != "Full" || e.Error.Code != api.CodeNoPool {
 		t.Fatalf("%+v", e)
 	}
 	tr = &Trace{}
-	tr.Policy("a", policy.PodDecision{Code: policy.NoFit}, nil, false)
-	tr.Outcome("policy", policy.PodDecision{Code: policy.NoFit}, nil)
+	tr.Policy(Step{Name: "a", Decision: policy.PodDecision{Code: policy.NoFit}})
+	tr.Outcome(Step{Name: "policy", Decision: policy.PodDecision{Code: policy.NoFit}})
 	if e := tr.Explanation(Meta{}, nil); len(e.Policies) != 1 || e.Policies[0].Policy != "a" {
 		t.Fatalf("%+v", e.Policies)
 	}
 	var none *Trace // no trace in the context: every hook is a no-op
-	none.Policy("a", policy.PodDecision{}, nil, false)
+	none.Policy(Step{Name: "a"})
 	none.Pools(nil)
 	none.Chose("a", netip.Prefix{}, netip.Prefix{}, netip.Addr{})
 	if From(context.Background()) != nil || none.DryRunPod() != nil {
@@ -113,5 +113,41 @@ func TestRecorderBound(t *testing.T) {
 	}
 	if r.Len() != 3 || len(r.find(api.PodRef{Namespace: "ns", Name: "a"}, api.Owner{})) != 0 {
 		t.Fatalf("after churn: len %d, pod a still there", r.Len())
+	}
+}
+
+// detailPolicy gives per-pool reasons only when asked (policy.WithDetail), as the built-in
+// policies do.
+type detailPolicy struct {
+	policy.PodOnly
+	calls int
+}
+
+func (p *detailPolicy) SelectPodPools(ctx context.Context, req *policy.PodRequest) (policy.PodDecision, error) {
+	p.calls++
+	d := policy.PodDecision{Code: policy.Decided, IPv4: []policy.Candidate{{Pool: "a"}}}
+	if policy.DetailWanted(ctx) {
+		d.Rejected = []policy.Rejection{{Pool: "b", Cause: policy.CauseNoMatch, Reason: "podAffinity does not match\xff"}}
+	}
+	return d, nil
+}
+
+// The per-pool reasons are asked for when the explanation is, once, from the recorded
+// request, and cleaned like any plugin output.
+func TestDetailAskedLazily(t *testing.T) {
+	p := &detailPolicy{}
+	req := &policy.PodRequest{Pools: views("a", "b")}
+	d, _ := p.SelectPodPools(context.Background(), req)
+	tr := &Trace{}
+	tr.Pools(req.Pools)
+	tr.Policy(Step{Name: "p", Policy: p, Request: req, Decision: d})
+	tr.fillDetail(context.Background())
+	tr.fillDetail(context.Background())
+	if p.calls != 2 {
+		t.Fatalf("policy called %d times, want 2 (the decision, then once for detail)", p.calls)
+	}
+	v := verdicts(tr.Explanation(Meta{}, nil))["b"]
+	if v.Verdict != api.VerdictRejected || v.By != "p" || v.Cause != "NoMatch" || v.Reason != "podAffinity does not match\uFFFD" {
+		t.Fatalf("pool b: %+v", v)
 	}
 }

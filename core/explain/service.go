@@ -66,6 +66,7 @@ func (s *Service) Explain(ctx context.Context, req *api.ExplainRequest) (*api.Ex
 	}
 	out := &api.ExplainResponse{Explanations: make([]api.Explanation, len(recs))}
 	for i, r := range recs {
+		r.trace.fillDetail(ctx)
 		out.Explanations[i] = r.trace.Explanation(r.meta, r.err)
 	}
 	return out, nil
@@ -97,6 +98,7 @@ func (s *Service) dryRun(ctx context.Context, d *api.DryRun) (*api.ExplainRespon
 	if ae, ok := err.(*api.Error); ok && ae.Code == api.CodeInvalid && len(t.steps) == 0 {
 		return nil, err // the request itself is wrong: say so, not "the ADD would fail"
 	}
+	t.fillDetail(ctx)
 	e := t.Explanation(Meta{Owner: req.Owner, Network: req.Network, Pod: req.Pod, Time: s.now(), DryRun: true}, err)
 	return &api.ExplainResponse{Explanations: []api.Explanation{e}}, nil
 }

@@ -42,12 +42,22 @@ type Trace struct {
 	chosen   []chosen
 }
 
-type step struct {
-	name     string
-	d        policy.PodDecision
-	err      error
-	fallback bool
+// Step is one policy's answer (or failure) in a decision.
+type Step struct {
+	Name string
+	// Policy and Request let the explanation ask the policy again, with
+	// policy.WithDetail, for the per-pool reasons it leaves out of ordinary decisions:
+	// policies are pure functions of their request, so the answer is the one given then.
+	Policy   policy.PoolPolicy
+	Request  *policy.PodRequest
+	Decision policy.PodDecision
+	Err      error
+	// Fallback marks the chain's fallback answering for the policy recorded before it.
+	Fallback bool
+	detailed bool
 }
+
+type step = Step
 
 // verdict is what the allocator found of a candidate (the policy's verdicts are in steps).
 type verdict struct {
@@ -96,26 +106,25 @@ func (t *Trace) Pools(views []policy.PoolView) {
 	t.mu.Unlock()
 }
 
-// Policy records one policy's answer (or failure) in the chain; fallback marks the chain's
-// fallback answering for the policy recorded before it.
-func (t *Trace) Policy(name string, d policy.PodDecision, err error, fallback bool) {
+// Policy records one policy's answer (or failure) in the chain.
+func (t *Trace) Policy(s Step) {
 	if t == nil {
 		return
 	}
 	t.mu.Lock()
-	t.steps = append(t.steps, step{name: name, d: d, err: err, fallback: fallback})
+	t.steps = append(t.steps, s)
 	t.mu.Unlock()
 }
 
-// Outcome records the answer of a network's policy that is not a chain (which records its
-// own steps): the step the explanation shows is then this one, named name.
-func (t *Trace) Outcome(name string, d policy.PodDecision, err error) {
+// Outcome records the answer of a network's policy that is not a chain (a chain records its
+// own steps): the explanation then shows this one step.
+func (t *Trace) Outcome(s Step) {
 	if t == nil {
 		return
 	}
 	t.mu.Lock()
 	if len(t.steps) == 0 {
-		t.steps = append(t.steps, step{name: name, d: d, err: err})
+		t.steps = append(t.steps, s)
 	}
 	t.mu.Unlock()
 }

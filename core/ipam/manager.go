@@ -410,7 +410,7 @@ func (m *Manager) decide(ctx context.Context, req *api.AllocateRequest, views []
 		}
 	}
 	d, err := pol.SelectPodPools(pctx, preq)
-	tr.Outcome("policy", d, err)
+	tr.Outcome(explain.Step{Name: "policy", Policy: pol, Request: preq, Decision: d, Err: err})
 	if err != nil {
 		return d, api.Errorf(api.CodeUnavailable, "pool policy failed: %v", err)
 	}

@@ -135,7 +135,7 @@ func (c *Chain) SelectPodPools(ctx context.Context, req *policy.PodRequest) (pol
 	tr := explain.From(ctx) // nil unless allotctl explain will want the steps
 	for _, l := range c.links {
 		d, err := c.podOnce(ctx, l, req)
-		tr.Policy(l.Name, d, err, false)
+		tr.Policy(explain.Step{Name: l.Name, Policy: l.Policy, Request: req, Decision: d, Err: err})
 		if err != nil {
 			if ctx.Err() != nil {
 				// The caller gave up; a fallback would fail the same way.
@@ -146,7 +146,7 @@ func (c *Chain) SelectPodPools(ctx context.Context, req *policy.PodRequest) (pol
 				return policy.PodDecision{}, fmt.Errorf("policychain: policy %q: %w", l.Name, err)
 			}
 			fd, ferr := c.podOnce(ctx, *c.fallback, req)
-			tr.Policy(c.fallback.Name, fd, ferr, true)
+			tr.Policy(explain.Step{Name: c.fallback.Name, Policy: c.fallback.Policy, Request: req, Decision: fd, Err: ferr, Fallback: true})
 			if ferr != nil {
 				c.report(c.fallback.Name, ferr)
 				return policy.PodDecision{}, fmt.Errorf("policychain: policy %q: %w; fallback %q: %w", l.Name, err, c.fallback.Name, ferr)

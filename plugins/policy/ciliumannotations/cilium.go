@@ -130,19 +130,27 @@ type choice struct {
 // both-families key that lacks a family gives no candidate in that family; a pool named by a
 // family's own key must have that family. Empty annotation values count as absent, as in
 // Cilium.
-func (p *Policy) SelectPodPools(_ context.Context, req *policy.PodRequest) (policy.PodDecision, error) {
+func (p *Policy) SelectPodPools(ctx context.Context, req *policy.PodRequest) (policy.PodDecision, error) {
+	d := p.decide(req)
+	if policy.DetailWanted(ctx) {
+		d.Rejected = rejected(req, d)
+	}
+	return d, nil
+}
+
+func (p *Policy) decide(req *policy.PodRequest) policy.PodDecision {
 	var d policy.PodDecision
 	var sources []string
 	var missing []choice
 	for _, fam := range []policy.Family{policy.IPv4, policy.IPv6} {
 		c, reason, cause := p.choose(req, fam)
 		if reason != "" {
-			return policy.PodDecision{Code: policy.NoFit, Cause: cause, Source: c.source, Reason: reason}, nil
+			return policy.PodDecision{Code: policy.NoFit, Cause: cause, Source: c.source, Reason: reason}
 		}
 		if policy.LookupPool(req.Pools, c.pool, fam) == nil {
 			if c.familyKey {
 				return policy.PodDecision{Code: policy.NoFit, Cause: policy.CauseNoMatch, Source: c.source,
-					Reason: fmt.Sprintf("%s names pool %q, which has no %s CIDRs", c.source, c.pool, fam.Label())}, nil
+					Reason: fmt.Sprintf("%s names pool %q, which has no %s CIDRs", c.source, c.pool, fam.Label())}
 			}
 			missing = append(missing, c)
 			continue
@@ -164,11 +172,11 @@ func (p *Policy) SelectPodPools(_ context.Context, req *policy.PodRequest) (poli
 			}
 		}
 		return policy.PodDecision{Code: policy.NoFit, Cause: policy.CauseNoMatch, Source: strings.Join(sources, ", "),
-			Reason: noPoolReason(req, missing)}, nil
+			Reason: noPoolReason(req, missing)}
 	}
 	d.Code = policy.Decided
 	d.Source = strings.Join(sources, ", ")
-	return d, nil
+	return d
 }
 
 func noPoolReason(req *policy.PodRequest, missing []choice) string {

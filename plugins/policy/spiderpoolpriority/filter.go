@@ -178,3 +178,35 @@ func affinityScore(pv *policy.PoolView) int {
 	}
 	return s
 }
+
+// filterCause classifies a filter for a rejection: no free address is Full, every other
+// filter says the pool may not serve this pod (Unavailable).
+func filterCause(code filterCode) policy.Cause {
+	if code == fExhausted {
+		return policy.CauseFull
+	}
+	return policy.CauseUnavailable
+}
+
+// rejections says, for allotctl explain (policy.WithDetail), why each pool of fam the
+// decision leaves out was left out: the filter that removed a pool the source brought in, or
+// that the source did not bring it in. seen marks, by index into req.Pools, the pools it did.
+func rejections(req *policy.PodRequest, src *source, fam policy.Family, cs []cand, seen []uint64) []policy.Rejection {
+	var out []policy.Rejection
+	for _, c := range cs {
+		if c.filter != keep {
+			pv := &req.Pools[c.idx]
+			out = append(out, policy.Rejection{Pool: pv.Name, Family: fam, Cause: filterCause(c.filter),
+				Reason: filterReason(req, pv, fam, c.filter)})
+		}
+	}
+	for i := range req.Pools {
+		pv := &req.Pools[i]
+		if pv.Family != fam || seen[i/64]&(1<<(i%64)) != 0 {
+			continue
+		}
+		out = append(out, policy.Rejection{Pool: pv.Name, Family: fam, Cause: policy.CauseNoMatch,
+			Reason: fmt.Sprintf("pool %q: not among the pools of %s", pv.Name, src.name)})
+	}
+	return out
+}

@@ -69,7 +69,7 @@ type source struct {
 }
 
 // SelectPodPools implements policy.PoolPolicy.
-func (p *Policy) SelectPodPools(_ context.Context, req *policy.PodRequest) (policy.PodDecision, error) {
+func (p *Policy) SelectPodPools(ctx context.Context, req *policy.PodRequest) (policy.PodDecision, error) {
 	if req.CNI.MultusName == "" {
 		if name := multusNetwork(req.Pod.Annotations, req.CNI.IfName); name != "" {
 			r := *req
@@ -82,16 +82,24 @@ func (p *Policy) SelectPodPools(_ context.Context, req *policy.PodRequest) (poli
 		return *stop, nil
 	}
 	d := policy.PodDecision{Code: policy.Decided, Source: src.name}
+	var rej *[]policy.Rejection // per-pool reasons, only when asked (allotctl explain)
+	if policy.DetailWanted(ctx) {
+		rej = &d.Rejected
+	}
 	var reason string
 	var cause policy.Cause
 	if src.kind == kindClusterDefault || len(src.v4) > 0 {
-		if d.IPv4, reason, cause = resolve(req, &src, policy.IPv4, src.v4); reason != "" {
-			return *noFit(src.name, cause, reason), nil
+		if d.IPv4, reason, cause = resolve(req, &src, policy.IPv4, src.v4, rej); reason != "" {
+			nf := noFit(src.name, cause, reason)
+			nf.Rejected = d.Rejected
+			return *nf, nil
 		}
 	}
 	if src.kind == kindClusterDefault || len(src.v6) > 0 {
-		if d.IPv6, reason, cause = resolve(req, &src, policy.IPv6, src.v6); reason != "" {
-			return *noFit(src.name, cause, reason), nil
+		if d.IPv6, reason, cause = resolve(req, &src, policy.IPv6, src.v6, rej); reason != "" {
+			nf := noFit(src.name, cause, reason)
+			nf.Rejected = d.Rejected
+			return *nf, nil
 		}
 	}
 	return d, nil
@@ -223,8 +231,9 @@ type cand struct {
 }
 
 // resolve expands the source's names for one family into pools, filters and orders them.
-// It returns the ordered candidates, or a NoFit reason and its cause.
-func resolve(req *policy.PodRequest, src *source, fam policy.Family, names []string) ([]policy.Candidate, string, policy.Cause) {
+// It returns the ordered candidates, or a NoFit reason and its cause. With rej, it appends why
+// each other pool of the family was left out.
+func resolve(req *policy.PodRequest, src *source, fam policy.Family, names []string, rej *[]policy.Rejection) ([]policy.Candidate, string, policy.Cause) {
 	var buf [32]cand
 	cs := buf[:0]
 	// seen is a bitset over req.Pools, on the stack for up to 256 pools.
@@ -327,6 +336,9 @@ func resolve(req *policy.PodRequest, src *source, fam policy.Family, names []str
 			cs[i].score = affinityScore(pv)
 			kept++
 		}
+	}
+	if rej != nil {
+		*rej = append(*rej, rejections(req, src, fam, cs, seen)...)
 	}
 	if kept == 0 {
 		// Full when the only thing wrong with every candidate is that it has no free address.

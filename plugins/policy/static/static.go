@@ -50,9 +50,17 @@ func FromConfig(cfg map[string]any) (policy.PoolPolicy, error) {
 // per family by PoolView.Family, in the order given; a name that is no pool is NoFit. A pool
 // with both families is a candidate in both. Without named pools the candidates are the pools
 // marked Default, per family, sorted by name. With neither, the policy has no opinion (Skip).
-func (p *Policy) SelectPodPools(_ context.Context, req *policy.PodRequest) (policy.PodDecision, error) {
+func (p *Policy) SelectPodPools(ctx context.Context, req *policy.PodRequest) (policy.PodDecision, error) {
+	d := decide(req)
+	if policy.DetailWanted(ctx) && d.Code == policy.Decided {
+		d.Rejected = rejected(req, d)
+	}
+	return d, nil
+}
+
+func decide(req *policy.PodRequest) policy.PodDecision {
 	if len(req.CNI.Pools) > 0 {
-		return fromNames(req), nil
+		return fromNames(req)
 	}
 	var d policy.PodDecision
 	for i := range req.Pools {
@@ -68,7 +76,7 @@ func (p *Policy) SelectPodPools(_ context.Context, req *policy.PodRequest) (poli
 		}
 	}
 	if len(d.IPv4) == 0 && len(d.IPv6) == 0 {
-		return policy.PodDecision{Code: policy.Skip, Reason: "no pools named in the CNI config (ipam.pools) and no default pools"}, nil
+		return policy.PodDecision{Code: policy.Skip, Reason: "no pools named in the CNI config (ipam.pools) and no default pools"}
 	}
 	// The host sends pools sorted by name; sort anyway so the answer never depends on it.
 	byName := func(a, b policy.Candidate) int { return strings.Compare(a.Pool, b.Pool) }
@@ -76,7 +84,27 @@ func (p *Policy) SelectPodPools(_ context.Context, req *policy.PodRequest) (poli
 	slices.SortStableFunc(d.IPv6, byName)
 	d.Code = policy.Decided
 	d.Source = SourceDefaultPools
-	return d, nil
+	return d
+}
+
+// rejected says, for allotctl explain, why each other pool is no candidate.
+func rejected(req *policy.PodRequest, d policy.PodDecision) []policy.Rejection {
+	why := "not a default pool, and the CNI config (ipam.pools) names none"
+	if len(req.CNI.Pools) > 0 {
+		why = "not named in the CNI config (ipam.pools)"
+	}
+	var out []policy.Rejection
+	for i := range req.Pools {
+		pv := &req.Pools[i]
+		cands := d.IPv4
+		if pv.Family == policy.IPv6 {
+			cands = d.IPv6
+		}
+		if !slices.ContainsFunc(cands, func(c policy.Candidate) bool { return c.Pool == pv.Name }) {
+			out = append(out, policy.Rejection{Pool: pv.Name, Family: pv.Family, Cause: policy.CauseNoMatch, Reason: why})
+		}
+	}
+	return out
 }
 
 func fromNames(req *policy.PodRequest) policy.PodDecision {
