@@ -66,10 +66,19 @@ func MatchPoolName(pattern, name string) (bool, error) {
 // LookupPool returns the view of the pool called name with family fam, or nil. A pool
 // that has both families (a Cilium CiliumPodIPPool with ipv4 and ipv6) appears as two
 // views with the same name, one per family.
+//
+// The family and the names' last bytes are compared before the names: pool names often
+// share long prefixes ("pool-v4-07"), and a WASM guest compares strings a byte at a time
+// through a runtime call, so most misses cost no call at all.
 func LookupPool(pools []PoolView, name string, fam Family) *PoolView {
+	if name == "" {
+		return nil
+	}
+	last := name[len(name)-1]
 	for i := range pools {
-		if pools[i].Name == name && pools[i].Family == fam {
-			return &pools[i]
+		p := &pools[i]
+		if p.Family == fam && len(p.Name) == len(name) && p.Name[len(name)-1] == last && p.Name == name {
+			return p
 		}
 	}
 	return nil

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/allot-ipam/allot/sdk/policy"
 	"github.com/tetratelabs/wazero/api"
 )
 
@@ -28,11 +29,15 @@ type instance struct {
 	// stack is reused for every CallWithStack so a call allocates nothing on the host side.
 	stack [2]uint64
 
-	// pools mirrors the guest's per-position pool cache for pool references (poolrefs.go);
-	// refReq is the buffer the request with references is built in.
-	pools  []pooledRecord
-	refReq []byte
-	refRun []uint64
+	// req is the buffer requests are encoded in. pools mirrors the guest's per-position
+	// pool cache for pool references (poolrefs.go), views the pools behind it
+	// (poolviews.go); fullReq is the buffer a request is encoded in before references
+	// replace its pools.
+	req     []byte
+	pools   []pooledRecord
+	views   []policy.PoolView
+	fullReq []byte
+	refRun  []uint64
 
 	// The watchdog of an instrumented module (interrupt.go); stop is nil when the module
 	// could not be instrumented and wazero enforces deadlines itself.

@@ -121,8 +121,6 @@ type Plugin struct {
 	closed  sync.Once
 	bg      sync.WaitGroup // background replacements
 
-	reqBufs sync.Pool // *[]byte request encoding buffers
-
 	live, calls, failures, traps, timeouts atomic.Int64
 
 	mu          sync.Mutex
@@ -385,8 +383,8 @@ func (p *Plugin) SelectPodPools(ctx context.Context, req *policy.PodRequest) (po
 		return policy.PodDecision{}, fmt.Errorf("wasm: plugin %q: %s: request is nil", p.cfg.Name, op)
 	}
 	var dec policy.PodDecision
-	err := p.invoke(ctx, op, selectPod, func(dst []byte) ([]byte, error) {
-		return appendPodRequest(dst, req)
+	err := p.invoke(ctx, op, selectPod, func(in *instance, dst []byte) ([]byte, error) {
+		return in.encodePod(dst, req, p.poolRefs)
 	}, func(body []byte) (err error) {
 		dec, err = decodePodDecision(body)
 		return err
@@ -401,7 +399,7 @@ func (p *Plugin) SelectNodeCIDRConfig(ctx context.Context, req *policy.NodeReque
 		return policy.NodeDecision{}, fmt.Errorf("wasm: plugin %q: %s: request is nil", p.cfg.Name, op)
 	}
 	var dec policy.NodeDecision
-	err := p.invoke(ctx, op, selectNode, func(dst []byte) ([]byte, error) {
+	err := p.invoke(ctx, op, selectNode, func(_ *instance, dst []byte) ([]byte, error) {
 		return appendNodeRequest(dst, req)
 	}, func(body []byte) (err error) {
 		dec, err = decodeNodeDecision(body)
@@ -417,11 +415,12 @@ const (
 	selectNode
 )
 
-// invoke runs one call: encode the request, take an instance, call the export, decode the
-// response frame while the instance is still held (the frame lives in its memory), and give
-// the instance back, or discard it if the call failed in a way that leaves it suspect.
+// invoke runs one call: take an instance, encode the request for it, call the export,
+// decode the response frame while the instance is still held (the frame lives in its
+// memory), and give the instance back, or discard it if the call failed in a way that
+// leaves it suspect.
 func (p *Plugin) invoke(ctx context.Context, op string, which export,
-	encode func([]byte) ([]byte, error), decode func([]byte) error) error {
+	encode func(*instance, []byte) ([]byte, error), decode func([]byte) error) error {
 	p.calls.Add(1)
 	fail := func(err error) error {
 		err = fmt.Errorf("wasm: plugin %q: %s: %w", p.cfg.Name, op, err)
@@ -429,28 +428,20 @@ func (p *Plugin) invoke(ctx context.Context, op string, which export,
 		p.recordError(err)
 		return err
 	}
-
-	bp, _ := p.reqBufs.Get().(*[]byte)
-	if bp == nil {
-		bp = new([]byte)
-	}
-	defer p.reqBufs.Put(bp)
-	req, err := encode((*bp)[:0])
-	if err != nil {
-		return fail(fmt.Errorf("encode request: %w", err))
-	}
-	*bp = req[:0]
-
 	in, err := p.acquire(ctx)
 	if err != nil {
 		return fail(err)
 	}
+	req, err := encode(in, in.req[:0])
+	if err != nil {
+		in.forgetPools() // the mirrors may be half updated
+		p.release(in)
+		return fail(fmt.Errorf("encode request: %w", err))
+	}
+	in.req = req[:0]
 	fn := in.selectPod
 	if which == selectNode {
 		fn = in.selectNode
-	} else if p.poolRefs {
-		req = in.withPoolRefs(in.refReq[:0], req)
-		in.refReq = req[:0]
 	}
 	frame, err := in.call(ctx, p.cfg.Timeout, fn, req)
 	if err != nil {

@@ -130,5 +130,5 @@ func appendRefRun(dst []byte, run []uint64) []byte {
 	return dst
 }
 
-// forgetPools clears the mirror: the next request sends every pool in full.
-func (in *instance) forgetPools() { in.pools = in.pools[:0] }
+// forgetPools clears the mirrors: the next request sends every pool in full.
+func (in *instance) forgetPools() { in.pools, in.views = in.pools[:0], in.views[:0] }

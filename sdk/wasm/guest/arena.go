@@ -13,28 +13,51 @@ import (
 // wazero, against tens of nanoseconds natively), so instead of one allocation per string
 // and per repeated field the decoder:
 //
-//   - copies the request once into a private buffer and makes every string a view of it
-//     (the buffer is never written again, so the strings are as immutable as any Go
-//     string, and they stay valid after the call: the collector keeps the buffer alive);
+//   - copies the request into a private buffer and makes every string a view of it. The
+//     copies are carved, one after the other, out of blocks of blockSize bytes that are
+//     never written again once carved, so the strings are as immutable as any Go string
+//     and stay valid after the call (the collector keeps a block alive while any view of
+//     it is). A request costs an allocation once per block, not once per call;
 //   - carves every repeated string field, CIDR list and label selector of a request out of
 //     a few shared chunks, each carved slice with cap == len so that a policy appending to
 //     one cannot overwrite its neighbour.
 //
-// Maps are still allocated one by one (they must be real Go maps), pre-sized.
+// There is one arena per instance (reqArena): the exports run one at a time. Maps are
+// still allocated one by one (they must be real Go maps), pre-sized.
 type arena struct {
-	src  []byte
-	strs []string
-	pfxs []netip.Prefix
-	sels []policy.LabelSelector
+	block []byte // the uncarved rest of the current block
+	strs  []string
+	pfxs  []netip.Prefix
+	sels  []policy.LabelSelector
 }
 
-const chunk = 128
+const (
+	chunk = 128
+	// blockSize is the size of the blocks requests are copied into: a few dozen requests
+	// with pool references, while a cache entry pinning an old block keeps at most this
+	// much alive.
+	blockSize = 16 << 10
+)
 
-func newArena(req []byte) *arena {
-	return &arena{src: append([]byte(nil), req...)}
+var reqArena arena
+
+// copyRequest returns a private, never rewritten copy of req.
+func (a *arena) copyRequest(req []byte) []byte {
+	n := len(req)
+	if n > len(a.block) {
+		if n > blockSize/4 { // a large request gets its own buffer rather than wasting a block
+			return append(make([]byte, 0, n), req...)
+		}
+		a.block = make([]byte, blockSize)
+	}
+	src := a.block[:n:n]
+	a.block = a.block[n:]
+	copy(src, req)
+	return src
 }
 
-// str returns b, which must lie within a.src, as a string without copying.
+// str returns b, which must lie within a request copy (copyRequest), as a string without
+// copying.
 func (a *arena) str(b []byte) string {
 	if len(b) == 0 {
 		return ""

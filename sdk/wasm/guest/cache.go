@@ -159,18 +159,20 @@ func (c *reqCache) poolView(r *reader, v *policy.PoolView) {
 
 // cachedMap decodes the run of map entries of field num starting at r.b (the first entry's
 // tag is already consumed) into *m, reusing mc's map when the run's bytes are the same. A
-// run interrupted by other fields is decoded without the cache.
-func (r *reader) cachedMap(num protowire.Number, typ protowire.Type, field string, m *map[string]string, hint int, mc *mapCache) {
+// run interrupted by other fields is decoded without the cache; the map is sized for the
+// run's entries.
+func (r *reader) cachedMap(num protowire.Number, typ protowire.Type, field string, m *map[string]string, mc *mapCache) {
 	if *m != nil || typ != protowire.BytesType {
-		r.mapEntry(typ, field, m, hint)
+		r.mapEntry(typ, field, m, 1)
 		return
 	}
 	// The run: this entry's value, then every directly following entry of the same field.
 	end := protowire.ConsumeFieldValue(num, typ, r.b)
 	if end < 0 {
-		r.mapEntry(typ, field, m, hint) // reports the error
+		r.mapEntry(typ, field, m, 1) // reports the error
 		return
 	}
+	entries := 1
 	for end < len(r.b) {
 		n2, t2, tn := protowire.ConsumeTag(r.b[end:])
 		if tn < 0 || n2 != num || t2 != protowire.BytesType {
@@ -181,6 +183,7 @@ func (r *reader) cachedMap(num protowire.Number, typ protowire.Type, field strin
 			break
 		}
 		end += tn + vn
+		entries++
 	}
 	run := r.b[:end]
 	if mc.m != nil && equalBytes(run, mc.b) {
@@ -189,10 +192,10 @@ func (r *reader) cachedMap(num protowire.Number, typ protowire.Type, field strin
 		return
 	}
 	s := reader{a: r.a, b: run, msg: r.msg, index: -1}
-	s.mapEntry(protowire.BytesType, field, m, hint)
+	s.mapEntry(protowire.BytesType, field, m, entries)
 	for n2, t2, ok := s.next(); ok; n2, t2, ok = s.next() {
 		_ = n2 // every field in the run is num
-		s.mapEntry(t2, field, m, hint)
+		s.mapEntry(t2, field, m, entries)
 	}
 	if s.err != nil {
 		r.err = s.err // the entries' errors already name field

@@ -102,9 +102,17 @@ func (r *reader) fail(field, format string, args ...any) {
 }
 
 // next reads the next tag; ok is false at the end of the message or after an error.
+//
+// next, bytes and varint decode one-byte tags, lengths and values inline: they are nearly
+// every one in a request, and a Go function call costs tens of nanoseconds in a wasm guest,
+// so going through protowire for each (two or three calls) was most of a decode's time.
 func (r *reader) next() (num protowire.Number, typ protowire.Type, ok bool) {
 	if r.err != nil || len(r.b) == 0 {
 		return 0, 0, false
+	}
+	if c := r.b[0]; c < 0x80 && c >= 1<<3 { // one byte, field number > 0
+		r.b = r.b[1:]
+		return protowire.Number(c >> 3), protowire.Type(c & 7), true
 	}
 	num, typ, n := protowire.ConsumeTag(r.b)
 	if n < 0 {
@@ -129,6 +137,12 @@ func (r *reader) bytes(typ protowire.Type, field string) []byte {
 		r.fail(field, errWireType)
 		return nil
 	}
+	if len(r.b) > 0 && r.b[0] < 0x80 && int(r.b[0]) < len(r.b) { // one-byte length (see next)
+		n := int(r.b[0]) + 1
+		v := r.b[1:n:n]
+		r.b = r.b[n:]
+		return v
+	}
 	v, n := protowire.ConsumeBytes(r.b)
 	if n < 0 {
 		r.fail(field, errTruncated)
@@ -144,6 +158,11 @@ func (r *reader) varint(typ protowire.Type, field string) uint64 {
 	if typ != protowire.VarintType {
 		r.fail(field, errWireType)
 		return 0
+	}
+	if len(r.b) > 0 && r.b[0] < 0x80 { // one byte (see next)
+		v := uint64(r.b[0])
+		r.b = r.b[1:]
+		return v
 	}
 	v, n := protowire.ConsumeVarint(r.b)
 	if n < 0 {
@@ -214,8 +233,7 @@ func idx(field string, i int) string { return fmt.Sprintf("%s[%d]", field, i) }
 // decodePodRequest decodes a PodRequest with the validation sdk/wire.PodRequestFromProto
 // applies, reusing what podCache decoded earlier where the bytes are the same (cache.go).
 func decodePodRequest(b []byte) (*policy.PodRequest, error) {
-	r := reader{a: newArena(b), msg: msgPodRequest, index: -1}
-	r.b = r.a.src
+	r := reader{a: &reqArena, b: reqArena.copyRequest(b), msg: msgPodRequest, index: -1}
 	out := podCache.newRequest()
 	var nodeBytes, nsBytes []byte
 	for num, typ, ok := r.next(); ok; num, typ, ok = r.next() {
@@ -262,7 +280,7 @@ func decodePodRequest(b []byte) (*policy.PodRequest, error) {
 	if len(out.Pools) == 0 {
 		out.Pools = nil // as a decoder that allocates per request would leave it
 	}
-	// Remember what was decoded; the byte slices are views of r.a.src, never written again.
+	// Remember what was decoded; the byte slices are views of the request's copy, never written again.
 	podCache.pools, podCache.views = podCache.pools[:len(out.Pools)], podCache.views[:len(out.Pools)]
 	if nodeBytes != nil {
 		podCache.node, podCache.nodeVal = nodeBytes, out.Node
@@ -274,7 +292,6 @@ func decodePodRequest(b []byte) (*policy.PodRequest, error) {
 }
 
 func decodePod(r *reader, p *policy.Pod) {
-	c := countFields(r.b)
 	for num, typ, ok := r.next(); ok; num, typ, ok = r.next() {
 		switch num {
 		case podNamespace:
@@ -284,9 +301,9 @@ func decodePod(r *reader, p *policy.Pod) {
 		case podUID:
 			p.UID = r.str(typ, "uid")
 		case podLabels:
-			r.cachedMap(num, typ, "labels", &p.Labels, c[podLabels], &podCache.podLabels)
+			r.cachedMap(num, typ, "labels", &p.Labels, &podCache.podLabels)
 		case podAnnotations:
-			r.cachedMap(num, typ, "annotations", &p.Annotations, c[podAnnotations], &podCache.podAnnotations)
+			r.cachedMap(num, typ, "annotations", &p.Annotations, &podCache.podAnnotations)
 		case podOwnerKind:
 			p.OwnerKind = r.str(typ, "owner_kind")
 		case podOwnerName:
@@ -481,8 +498,7 @@ func decodeSelector(r *reader, sel *policy.LabelSelector) {
 // decodeNodeRequest decodes a NodeRequest with the validation of
 // sdk/wire.NodeRequestFromProto.
 func decodeNodeRequest(b []byte) (*policy.NodeRequest, error) {
-	r := reader{a: newArena(b), msg: msgNodeRequest, index: -1}
-	r.b = r.a.src
+	r := reader{a: &reqArena, b: reqArena.copyRequest(b), msg: msgNodeRequest, index: -1}
 	out := &policy.NodeRequest{}
 	for num, typ, ok := r.next(); ok; num, typ, ok = r.next() {
 		switch num {
