@@ -64,7 +64,11 @@
 #define CT_HOST 0x4 /* the flow belongs to the node itself */
 
 #define MAX_PROBES 128
-#define TS_REFRESH_NS 1000000000ULL /* refresh last-seen at most once a second */
+/* Last-seen times are refreshed when 64 jiffies (64-640 ms, by CONFIG_HZ)
+ * have passed since the entry's last refresh: bpf_jiffies64 is inlined by
+ * the verifier into one load, so an established flow's packet reads no
+ * clock through a helper call except at those refreshes. */
+#define TS_REFRESH_JIFFIES 64
 
 #define CFG_HAS_V4 0x1
 #define CFG_HAS_V6 0x2
@@ -117,11 +121,11 @@ struct ct_key {
 };
 
 struct ct_val {
-	__u64 ts;       /* CLOCK_MONOTONIC ns (bpf_ktime_get_coarse_ns) of last packet, 1 s granularity */
+	__u64 ts;       /* CLOCK_MONOTONIC ns (bpf_ktime_get_coarse_ns) of last packet, < 1 s granularity */
 	__u32 addr[4];  /* egress entry: NAT address; ingress entry: pod address */
 	__be16 port;    /* egress entry: NAT port; ingress entry: pod port */
 	__u16 flags;
-	__u32 pad;
+	__u32 tj;       /* jiffies (low 32 bits) when ts was last written */
 };
 
 struct lpm_key {
@@ -473,10 +477,13 @@ static __always_inline int rewrite(struct __sk_buff *skb, struct pkt *p, int egr
 	return 0;
 }
 
-static __always_inline void refresh(struct ct_val *v, __u64 now)
+static __always_inline void refresh(struct ct_val *v)
 {
-	if (now - v->ts > TS_REFRESH_NS)
-		v->ts = now;
+	__u32 j = (__u32)bpf_jiffies64();
+	if (j - v->tj >= TS_REFRESH_JIFFIES) {
+		v->tj = j;
+		v->ts = bpf_ktime_get_coarse_ns();
+	}
 }
 
 /* allocate creates both conntrack entries for a new flow and returns the
@@ -502,6 +509,7 @@ static __always_inline int allocate(struct pkt *p, const __u32 *nat, int host, _
 
 	struct ct_val rv = {};
 	rv.ts = now;
+	rv.tj = (__u32)bpf_jiffies64();
 	addr_cpy(rv.addr, p->k.saddr);
 	rv.port = p->k.sport;
 	rv.flags = host ? CT_HOST : 0;
@@ -523,6 +531,7 @@ static __always_inline int allocate(struct pkt *p, const __u32 *nat, int host, _
 		struct ct_val *old = bpf_map_lookup_elem(&ct, &rk);
 		if (old && old->port == p->k.sport && addr_eq(old->addr, p->k.saddr)) {
 			old->ts = now;
+			old->tj = rv.tj;
 			old->flags = rv.flags;
 			ok = 1;
 			break;
@@ -535,6 +544,7 @@ static __always_inline int allocate(struct pkt *p, const __u32 *nat, int host, _
 
 	struct ct_val ev = {};
 	ev.ts = now;
+	ev.tj = rv.tj;
 	addr_cpy(ev.addr, nat);
 	ev.port = port;
 	ev.flags = rv.flags;
@@ -582,7 +592,6 @@ int allot_snat_egress(struct __sk_buff *skb)
 		return TCX_NEXT;
 
 	p.k.dir = DIR_EGRESS;
-	__u64 now = bpf_ktime_get_coarse_ns();
 	__u32 naddr[4];
 	__be16 nport;
 
@@ -591,7 +600,7 @@ int allot_snat_egress(struct __sk_buff *skb)
 	 * non-masquerade list never breaks them. */
 	struct ct_val *v = bpf_map_lookup_elem(&ct, &p.k);
 	if (v) {
-		refresh(v, now);
+		refresh(v);
 		addr_cpy(naddr, v->addr);
 		nport = v->port;
 		if (p.k.proto == PROTO_TCP && p.tcpflags & (TCP_FLAG_SYN | TCP_FLAG_FIN | TCP_FLAG_RST)) {
@@ -624,7 +633,7 @@ int allot_snat_egress(struct __sk_buff *skb)
 			return TCX_NEXT;
 		if (lpm_match(&nonmasq, p.k.daddr))
 			return TCX_NEXT;
-		if (allocate(&p, nat, host, &nport, now) < 0)
+		if (allocate(&p, nat, host, &nport, bpf_ktime_get_coarse_ns()) < 0)
 			return host ? TCX_NEXT : TCX_DROP; /* never leak a pod address */
 		addr_cpy(naddr, nat);
 	}
@@ -648,7 +657,7 @@ int allot_snat_ingress(struct __sk_buff *skb)
 	struct ct_val *v = bpf_map_lookup_elem(&ct, &p.k);
 	if (!v)
 		return TCX_NEXT;
-	refresh(v, bpf_ktime_get_coarse_ns());
+	refresh(v);
 	if (p.k.proto == PROTO_TCP && p.tcpflags & (TCP_FLAG_FIN | TCP_FLAG_RST))
 		tcp_track(&p, v, NULL);
 

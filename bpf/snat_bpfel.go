@@ -30,7 +30,7 @@ type SnatCtVal struct {
 	Addr  [4]uint32
 	Port  uint16
 	Flags uint16
-	Pad   uint32
+	Tj    uint32
 }
 
 type SnatGlobalCfg struct {
