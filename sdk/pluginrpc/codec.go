@@ -3,7 +3,6 @@ package pluginrpc
 import (
 	"context"
 	"fmt"
-	"sync"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/encoding"
@@ -101,23 +100,15 @@ var forceFast = grpc.ForceCodecV2(newFastCodec())
 // server serving the fast pool-policy service (registerFastPoolPolicy) must have it.
 func serverCodec() grpc.ServerOption { return grpc.ForceServerCodecV2(newFastCodec()) }
 
-// scratch holds whole encoded requests before pool references replace what the plugin
-// holds.
-var scratch = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b }}
-
 // encodePodRequest encodes req with pool references, sizing the buffer from the last request
 // so a call allocates one buffer (gRPC owns it once sent).
 func (c *PoolPolicyClient) encodePodRequest(req *policy.PodRequest) (encodedPodRequest, sent, error) {
-	full := scratch.Get().(*[]byte)
-	defer scratch.Put(full)
-	b, err := wire.AppendPodRequest((*full)[:0], req)
+	b, s, err := c.pools.encode(make([]byte, 0, c.lastReqSize.Load()+64), req)
 	if err != nil {
 		return nil, sent{}, fmt.Errorf("%w: pod request: %w", wire.ErrInvalid, err)
 	}
-	*full = b
-	out, s := c.pools.rewrite(b, make([]byte, 0, c.lastReqSize.Load()+64))
-	c.lastReqSize.Store(int64(len(out)))
-	return encodedPodRequest(out), s, nil
+	c.lastReqSize.Store(int64(len(b)))
+	return encodedPodRequest(b), s, nil
 }
 
 // fastPoolPolicyDesc is PoolPolicy_ServiceDesc with SelectPodPools served through

@@ -2,6 +2,8 @@ package pluginrpc
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -60,14 +62,22 @@ type hostPools struct {
 	state   int
 	entries map[string]*hostPool // by record bytes after the free count
 	nextID  uint64
-	seq     uint64   // requests encoded so far
-	forget  []uint64 // ids to tell the plugin to drop, sent with the next request
+	seq     uint64     // requests encoded so far
+	forget  []uint64   // ids to tell the plugin to drop, sent with the next request
+	last    []lastPool // the previous request's pools
 }
 
 type hostPool struct {
 	id        uint64
 	confirmed bool
+	dropped   bool   // forgotten: never to be referred to again
 	used      uint64 // seq of the last request carrying it
+}
+
+// lastPool is a pool of the previous request, by position, and its entry.
+type lastPool struct {
+	view policy.PoolView // a deep copy
+	e    *hostPool
 }
 
 // hostPoolsKeep bounds the host's table: above it (or twice the pools of a request, if
@@ -83,14 +93,25 @@ type sent struct {
 	ids     bool // the request carried ids (a confirmation, or its absence, means something)
 }
 
-// rewrite turns full, a request as wire.AppendPodRequest encodes it, into the request to
-// send: confirmed records as references, the others with their ids. With references off it
-// returns full unchanged.
-func (h *hostPools) rewrite(full, dst []byte) ([]byte, sent) {
+// encode appends req with pool references: the pools the plugin confirmed holding as
+// references, the others in full with their ids. A pool equal (free count aside) to the one
+// the previous request had at its position is not even encoded: its record is known.
+func (h *hostPools) encode(dst []byte, req *policy.PodRequest) ([]byte, sent, error) {
+	head := *req
+	head.Pools = nil
+	dst, err := wire.AppendPodRequest(dst, &head)
+	if err != nil {
+		return nil, sent{}, err
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.state == refsOff {
-		return append(dst, full...), sent{}
+		for i := range req.Pools {
+			if dst, err = wire.AppendPoolRecord(dst, &req.Pools[i]); err != nil {
+				return nil, sent{}, err
+			}
+		}
+		return dst, sent{}, nil
 	}
 	if h.entries == nil {
 		h.entries = make(map[string]*hostPool)
@@ -99,37 +120,63 @@ func (h *hostPools) rewrite(full, dst []byte) ([]byte, sent) {
 	var s sent
 	var runBuf [256]byte
 	run := runBuf[:0]
-	pools := 0
-	for b := full; len(b) > 0; {
-		num, typ, n := protowire.ConsumeTag(b)
-		m := protowire.ConsumeFieldValue(num, typ, b[max(n, 0):])
-		if n < 0 || m < 0 {
-			return append(dst[:0], full...), sent{} // not ours to judge: the plugin names the field
-		}
-		field := b[:n+m]
-		b = b[n+m:]
-		if num != fPoolRecord || typ != protowire.BytesType {
+	for i := range req.Pools {
+		p := &req.Pools[i]
+		e := h.known(i, p)
+		if e == nil {
+			// Encode the record and find it by its bytes after the free count.
 			dst = flushRun(dst, run)
 			run = run[:0]
-			dst = append(dst, field...)
-			continue
+			start := len(dst)
+			if dst, err = wire.AppendPoolRecord(dst, p); err != nil {
+				return nil, sent{}, err
+			}
+			_, rest := splitFree(dst[start+1:]) // after the one-byte tag of field 5
+			e = h.entry(rest)
+			h.remember(i, p, e)
+			if !e.confirmed {
+				rec := append(runBuf[:0:0], dst[start:]...)
+				dst = protowire.AppendVarint(protowire.AppendTag(dst[:start], fReqPoolID, protowire.VarintType), e.id)
+				dst = append(dst, rec...)
+				s.defined = append(s.defined, e)
+				continue
+			}
+			dst = dst[:start]
 		}
-		pools++
-		free, rest := splitFree(field[n:])
-		e := h.entry(rest)
-		if e.confirmed {
-			run = protowire.AppendVarint(protowire.AppendVarint(run, e.id), free)
-			continue
-		}
-		dst = flushRun(dst, run)
-		run = run[:0]
-		dst = protowire.AppendVarint(protowire.AppendTag(dst, fReqPoolID, protowire.VarintType), e.id)
-		dst = append(dst, field...)
-		s.defined = append(s.defined, e)
+		e.used = h.seq
+		run = protowire.AppendVarint(protowire.AppendVarint(run, e.id), p.Free)
 	}
 	dst = flushRun(dst, run)
+	if len(h.last) > len(req.Pools) {
+		clear(h.last[len(req.Pools):])
+		h.last = h.last[:len(req.Pools)]
+	}
 	s.ids = len(s.defined) > 0
-	return h.appendForget(dst, pools), s
+	return h.appendForget(dst, len(req.Pools)), s, nil
+}
+
+// known returns the confirmed entry of the pool the previous request had at position i, if
+// p equals it (free count aside).
+func (h *hostPools) known(i int, p *policy.PoolView) *hostPool {
+	if i >= len(h.last) {
+		return nil
+	}
+	l := &h.last[i]
+	if l.e == nil || !l.e.confirmed || l.e.dropped || !samePool(p, &l.view) {
+		return nil
+	}
+	return l.e
+}
+
+// remember keeps a copy of p as the pool at position i (the caller may change its own).
+func (h *hostPools) remember(i int, p *policy.PoolView, e *hostPool) {
+	for len(h.last) <= i {
+		h.last = append(h.last, lastPool{})
+	}
+	if h.last[i].e == e && samePool(p, &h.last[i].view) {
+		return
+	}
+	h.last[i] = lastPool{view: clonePool(p), e: e}
 }
 
 // entry returns the table entry of a record, creating it with a new id.
@@ -150,6 +197,7 @@ func (h *hostPools) appendForget(dst []byte, pools int) []byte {
 	if len(h.entries) > max(hostPoolsKeep, 2*pools) {
 		for k, e := range h.entries {
 			if e.used+hostPoolsAge < h.seq {
+				e.dropped = true
 				delete(h.entries, k)
 				h.forget = append(h.forget, e.id)
 			}
@@ -411,4 +459,50 @@ func scanHeld(b []byte) bool {
 		b = b[n+m:]
 	}
 	return false
+}
+
+// samePool reports whether a and b are equal but for their free counts.
+func samePool(a, b *policy.PoolView) bool {
+	return a.Name == b.Name && a.Family == b.Family && a.Subnet == b.Subnet && a.Total == b.Total &&
+		a.Default == b.Default && a.Disabled == b.Disabled && a.Terminating == b.Terminating &&
+		a.AllExcluded == b.AllExcluded && a.AllReserved == b.AllReserved &&
+		slices.Equal(a.CIDRs, b.CIDRs) && slices.Equal(a.Excluded, b.Excluded) &&
+		slices.Equal(a.Reserved, b.Reserved) && slices.Equal(a.NodeName, b.NodeName) &&
+		slices.Equal(a.NamespaceName, b.NamespaceName) && slices.Equal(a.MultusName, b.MultusName) &&
+		sameSelector(a.NodeAffinity, b.NodeAffinity) && sameSelector(a.NamespaceAffinity, b.NamespaceAffinity) &&
+		sameSelector(a.PodAffinity, b.PodAffinity)
+}
+
+func sameSelector(a, b *policy.LabelSelector) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return maps.Equal(a.MatchLabels, b.MatchLabels) &&
+		slices.EqualFunc(a.MatchExpressions, b.MatchExpressions, func(x, y policy.Requirement) bool {
+			return x.Key == y.Key && x.Operator == y.Operator && slices.Equal(x.Values, y.Values)
+		})
+}
+
+// clonePool copies p deeply: what samePool compares must not change under it.
+func clonePool(p *policy.PoolView) policy.PoolView {
+	c := *p
+	c.CIDRs = slices.Clone(p.CIDRs)
+	c.Excluded, c.Reserved = slices.Clone(p.Excluded), slices.Clone(p.Reserved)
+	c.NodeName, c.NamespaceName = slices.Clone(p.NodeName), slices.Clone(p.NamespaceName)
+	c.MultusName = slices.Clone(p.MultusName)
+	c.NodeAffinity = cloneSelector(p.NodeAffinity)
+	c.NamespaceAffinity = cloneSelector(p.NamespaceAffinity)
+	c.PodAffinity = cloneSelector(p.PodAffinity)
+	return c
+}
+
+func cloneSelector(s *policy.LabelSelector) *policy.LabelSelector {
+	if s == nil {
+		return nil
+	}
+	c := &policy.LabelSelector{MatchLabels: maps.Clone(s.MatchLabels), MatchExpressions: slices.Clone(s.MatchExpressions)}
+	for i := range c.MatchExpressions {
+		c.MatchExpressions[i].Values = slices.Clone(c.MatchExpressions[i].Values)
+	}
+	return c
 }

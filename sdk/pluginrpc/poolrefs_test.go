@@ -3,6 +3,7 @@ package pluginrpc
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"reflect"
 	"sync"
 	"testing"
@@ -193,5 +194,28 @@ func TestScanRefsRejectsTruncated(t *testing.T) {
 	b = flushRun(nil, []byte{1}) // an id without its free count
 	if _, err := scanRefs(b); err == nil {
 		t.Fatal("reference without free count accepted")
+	}
+}
+
+// TestPoolRefsCallerMutates: a caller that changes its pool views in place between calls
+// (the host keeps copies, not the caller's maps and slices) is seen changing.
+func TestPoolRefsCallerMutates(t *testing.T) {
+	pol := &recordingPolicy{}
+	_, cc := fastServer(t, pol)
+	c := NewPoolPolicyClient(cc)
+	req := benchRequest(4)
+	for i, change := range []func(){
+		func() {},
+		func() { req.Pools[2].NodeAffinity.MatchLabels["topology.kubernetes.io/zone"] = "z2" },
+		func() { req.Pools[1].CIDRs[0] = netip.MustParsePrefix("10.99.0.0/16") },
+		func() { req.Pools[0].Free++ },
+	} {
+		change()
+		if _, err := c.SelectPodPools(context.Background(), req); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(pol.last, req) {
+			t.Fatalf("change %d: policy saw\n%+v\nwant\n%+v", i, pol.last.Pools, req.Pools)
+		}
 	}
 }
