@@ -185,8 +185,13 @@ func benchEcho(b *testing.B, cc *grpc.ClientConn, pid int, req []byte, opt grpc.
 // (CPU: the host per block, each plugin process over the run; the CPU ratio adds both) and the ratios
 // policy/echo, the figure the transport is held to.
 func BenchmarkProcessPolicyVsEcho(b *testing.B) {
-	cc, echoPID := startEcho(b)
-	p, _ := open(b, benchConfig(b))
+	// Each side's goroutines, its connection's included, carry a profiler label (-cpuprofile,
+	// then pprof -tagfocus side=policy), so that one host profile shows both apart.
+	var cc *grpc.ClientConn
+	var echoPID int
+	var p *Plugin
+	pprof.Do(context.Background(), pprof.Labels("side", "echo"), func(context.Context) { cc, echoPID = startEcho(b) })
+	pprof.Do(context.Background(), pprof.Labels("side", "policy"), func(context.Context) { p, _ = open(b, benchConfig(b)) })
 	pol, polPID := p.PoolPolicy(), p.Status().PID
 	req := podRequest("bench", nil, 20)
 	raw, err := wire.AppendPodRequest(nil, req)
@@ -204,10 +209,13 @@ func BenchmarkProcessPolicyVsEcho(b *testing.B) {
 	for b.Loop() {
 		// Blocks of a few calls: host CPU time is read per block (getrusage is exact but
 		// not free), and a block is short enough for both to see the same load.
-		if err := echoM.run(echo); err != nil {
+		var err error
+		pprof.Do(ctx, pprof.Labels("side", "echo"), func(context.Context) { err = echoM.run(echo) })
+		if err != nil {
 			b.Fatal(err)
 		}
-		if err := polM.run(decide); err != nil {
+		pprof.Do(ctx, pprof.Labels("side", "policy"), func(context.Context) { err = polM.run(decide) })
+		if err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -3,9 +3,11 @@
 package labelpolicy
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/allot-ipam/allot/sdk/policy"
 )
@@ -38,40 +40,42 @@ func (Policy) SelectPodPools(_ context.Context, req *policy.PodRequest) (policy.
 		}
 		return policy.PodDecision{Code: policy.NoFit, Reason: fmt.Sprintf("pod label %s names pool %q, which does not exist", Label, name)}, nil
 	}
-	for _, p := range req.Pools {
+	// Default pools by index, most free addresses first; name breaks ties.
+	var v4, v6 []int
+	for i, p := range req.Pools {
 		if !p.Default || p.Disabled || p.Terminating {
 			continue
 		}
 		if p.Family == policy.IPv4 {
-			d.IPv4 = append(d.IPv4, policy.Candidate{Pool: p.Name})
+			v4 = append(v4, i)
 		} else {
-			d.IPv6 = append(d.IPv6, policy.Candidate{Pool: p.Name})
+			v6 = append(v6, i)
 		}
 	}
-	if len(d.IPv4)+len(d.IPv6) == 0 {
+	if len(v4)+len(v6) == 0 {
 		return policy.PodDecision{Code: policy.Skip}, nil
 	}
-	// Most free addresses first; name breaks ties.
-	free := map[string]uint64{}
-	for _, p := range req.Pools {
-		free[p.Name] = p.Free
-	}
-	order := func(a, b policy.Candidate) int {
-		if free[a.Pool] != free[b.Pool] {
-			if free[a.Pool] > free[b.Pool] {
-				return -1
-			}
-			return 1
-		}
-		if a.Pool < b.Pool {
-			return -1
-		}
-		return 1
-	}
-	slices.SortFunc(d.IPv4, order)
-	slices.SortFunc(d.IPv6, order)
+	d.IPv4, d.IPv6 = candidates(req.Pools, v4), candidates(req.Pools, v6)
 	d.Code, d.Source = policy.Decided, "default pools"
 	return d, nil
+}
+
+// candidates orders the pools at idx by free addresses, then name.
+func candidates(pools []policy.PoolView, idx []int) []policy.Candidate {
+	if len(idx) == 0 {
+		return nil
+	}
+	slices.SortFunc(idx, func(a, b int) int {
+		if pools[a].Free != pools[b].Free {
+			return cmp.Compare(pools[b].Free, pools[a].Free)
+		}
+		return strings.Compare(pools[a].Name, pools[b].Name)
+	})
+	out := make([]policy.Candidate, len(idx))
+	for i, j := range idx {
+		out[i] = policy.Candidate{Pool: pools[j].Name}
+	}
+	return out
 }
 
 // SelectNodeCIDRConfig implements policy.PoolPolicy: every config with free blocks, in order.
