@@ -111,15 +111,15 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	out, err := res.GetAsVersion(c.conf.CNIVersion)
+	b, err := encodeResult(res, c.conf.CNIVersion)
 	if err != nil {
-		return types.NewError(types.ErrIncompatibleCNIVersion, fmt.Sprintf("cannot express the result as CNI %s: %v", c.conf.CNIVersion, err), "")
+		return err
 	}
 	w := p.Stdout
 	if w == nil {
 		w = os.Stdout
 	}
-	if err := out.PrintTo(w); err != nil {
+	if _, err := w.Write(b); err != nil {
 		return types.NewError(types.ErrIOFailure, fmt.Sprintf("write result: %v", err), "")
 	}
 	return nil
