@@ -4,6 +4,8 @@
 #   sdk/proto/allot/plugin/v1/*.proto -> sdk/proto/pluginv1 (plugin contracts; vtprotobuf codecs
 #     for the process and WASM transports, gRPC stubs for go-plugin)
 #   core/api/proto/allot/api/v1/*.proto -> core/api/apiv1 (the local API's framed protocol)
+#   sdk/proto/allot/plugin/v1/policy.proto -> core/pluginhost/wasm/testdata/genguest/pluginv1lite
+#     (protoc-gen-go-lite, for the WASM guest codec benchmark only)
 # protoc comes from Debian (protobuf-compiler, installed by hack/install-deps.sh); the
 # generators are built from the Go module proxy at the versions pinned here, into
 # $ALLOT_CACHE/tools, so every machine generates the same bytes.
@@ -12,6 +14,7 @@ cd "$(dirname "$0")/.."
 PROTOC_GEN_GO_VERSION=v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION=v1.6.2
 PROTOC_GEN_GO_VTPROTO_VERSION=v0.6.0
+PROTOC_GEN_GO_LITE_VERSION=v0.14.0
 # The messages' sizes, encoders and decoders vtprotobuf generates (no pools, no equality).
 VTPROTO_FEATURES=marshal+unmarshal+size
 
@@ -29,6 +32,7 @@ install_tool() { # name package version
 install_tool protoc-gen-go google.golang.org/protobuf/cmd/protoc-gen-go "$PROTOC_GEN_GO_VERSION"
 install_tool protoc-gen-go-grpc google.golang.org/grpc/cmd/protoc-gen-go-grpc "$PROTOC_GEN_GO_GRPC_VERSION"
 install_tool protoc-gen-go-vtproto github.com/planetscale/vtprotobuf/cmd/protoc-gen-go-vtproto "$PROTOC_GEN_GO_VTPROTO_VERSION"
+install_tool protoc-gen-go-lite github.com/aperturerobotics/protobuf-go-lite/cmd/protoc-gen-go-lite "$PROTOC_GEN_GO_LITE_VERSION"
 export PATH="$tools:$PATH"
 
 # module= strips the module path from go_package, so files land in the package's folder.
@@ -44,3 +48,14 @@ rm -f core/api/apiv1/*.pb.go
 	--go_out=../../.. --go_opt=module=github.com/allot-ipam/allot \
 	--go-vtproto_out=../../.. --go-vtproto_opt=module=github.com/allot-ipam/allot,features=$VTPROTO_FEATURES \
 	allot/api/v1/*.proto)
+
+# The WASM guest codec probe (core/pluginhost/wasm/testdata/genguest, its own module): the
+# pool-policy messages by protoc-gen-go-lite, vtprotobuf's codecs without protoc-gen-go's
+# descriptors, to measure a generated guest against the SDK's hand codec; unmarshal_unsafe
+# gives it its best chance (strings that alias the request instead of one allocation each).
+lite=github.com/allot-ipam/allot/core/pluginhost/wasm/testdata/genguest
+rm -f core/pluginhost/wasm/testdata/genguest/pluginv1lite/*.pb.go
+(cd sdk/proto && protoc -I . \
+	--go-lite_out=../../core/pluginhost/wasm/testdata/genguest \
+	--go-lite_opt=module=$lite,features=$VTPROTO_FEATURES+unmarshal_unsafe,"Mallot/plugin/v1/policy.proto=$lite/pluginv1lite;pluginv1lite" \
+	allot/plugin/v1/policy.proto)
