@@ -3,7 +3,8 @@
 #   make e2e         end-to-end tests with the real binaries, cnitool and the bridge plugin
 #                    in network namespaces (root; otherwise skips with the reason, or fails under CI)
 #   make bench-cni   1,000 ADDs then 1,000 DELs, 8 workers: allot-cni vs host-local and the floor
-#                    (a trivial static binary exec'd the same way), a table with the ratios;
+#                    (a trivial static binary exec'd the same way), 3 rounds in turn, a table of
+#                    medians with the ratios;
 #                    CNIBENCH_FLAGS=-nosync runs allotd without fsync to show fsync's share
 #   make cni-tools   install the pinned CNI tools (hack/install-cni-tools.sh)
 
@@ -18,6 +19,8 @@ ALLOT_CNITOOL     ?= $(ALLOT_CACHE)/cni-tools/cnitool
 
 CNIBENCH_N       ?= 1000
 CNIBENCH_WORKERS ?= 8
+# Rounds alternate allot-cni, host-local and the floor; the table shows medians.
+CNIBENCH_ROUNDS  ?= 3
 CNIBENCH_FLAGS   ?=
 E2E_FLAGS        ?= -count=1 -timeout 15m
 GO               ?= go
@@ -35,6 +38,6 @@ e2e: cni-tools
 # With the root Makefile's build, the benchmark uses bin/allotd and bin/allot-cni as built
 # (with LDFLAGS); alone, cnibench builds them itself.
 bench-cni: cni-tools $(if $(BIN),build)
-	$(GO) run ./test/cnibench -n $(CNIBENCH_N) -workers $(CNIBENCH_WORKERS) \
+	$(GO) run ./test/cnibench -n $(CNIBENCH_N) -workers $(CNIBENCH_WORKERS) -rounds $(CNIBENCH_ROUNDS) \
 		-host-local "$(ALLOT_CNI_BIN_DIR)/host-local" \
 		$(if $(BIN),-allotd "$(BIN)/allotd" -allot-cni "$(BIN)/allot-cni") $(CNIBENCH_FLAGS)
