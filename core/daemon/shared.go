@@ -29,6 +29,7 @@ func sharedOptions(cfg *config.Config, builtins *registry.Registry, plugins *Plu
 	if err != nil {
 		return nil, fmt.Errorf("policy.config.%s: %w", name, err)
 	}
+	def = explain.Named(name, def) // allotctl explain names it as it names a chain's policies
 	kv := cfg.Cluster.SharedPools.KubevirtStaticIP
 	return &agent.SharedOptions{
 		// A network with its own chain in policy.networks uses it; the others get the

@@ -92,6 +92,9 @@ func (s *Service) dryRun(ctx context.Context, d *api.DryRun) (*api.ExplainRespon
 	if req.Owner.IfName == "" {
 		req.Owner.IfName = "eth0"
 	}
+	if req.Pod.Name != "" && req.Pod.UID == "" {
+		req.Pod.UID = "dry-run" // a pod not created yet has none; shared pools want one
+	}
 	t := &Trace{dryRun: &policy.Pod{Namespace: req.Pod.Namespace, Name: req.Pod.Name, UID: req.Pod.UID,
 		Labels: d.Labels, Annotations: d.Annotations, OwnerKind: d.OwnerKind, OwnerName: d.OwnerName}}
 	_, err := dr.AllocateDryRun(With(ctx, t), &req)

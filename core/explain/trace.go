@@ -30,6 +30,15 @@ func From(ctx context.Context) *Trace {
 	return t
 }
 
+// Detach returns ctx without its trace, for a call that is no step of the decision (a
+// hypothetical question asked of the policy).
+func Detach(ctx context.Context) context.Context {
+	if From(ctx) == nil {
+		return ctx
+	}
+	return context.WithValue(ctx, ctxKey{}, (*Trace)(nil))
+}
+
 // Trace is what one ADD's decision went through. Safe for concurrent use; the zero value is
 // ready, and a nil *Trace records nothing.
 type Trace struct {
@@ -163,4 +172,23 @@ func (t *Trace) Reset() {
 	t.mu.Lock()
 	t.pools, t.steps, t.verdicts, t.chosen = nil, nil, nil, nil
 	t.mu.Unlock()
+}
+
+// Named returns p, recording its answers in a request's trace under name: for a network's
+// policy that is a single policy rather than a chain (which records its own steps).
+func Named(name string, p policy.PoolPolicy) policy.PoolPolicy { return named{name: name, p: p} }
+
+type named struct {
+	name string
+	p    policy.PoolPolicy
+}
+
+func (n named) SelectPodPools(ctx context.Context, req *policy.PodRequest) (policy.PodDecision, error) {
+	d, err := n.p.SelectPodPools(ctx, req)
+	From(ctx).Policy(Step{Name: n.name, Policy: n.p, Request: req, Decision: d, Err: err})
+	return d, err
+}
+
+func (n named) SelectNodeCIDRConfig(ctx context.Context, req *policy.NodeRequest) (policy.NodeDecision, error) {
+	return n.p.SelectNodeCIDRConfig(ctx, req)
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/allot-ipam/allot/core/api"
+	"github.com/allot-ipam/allot/core/explain"
 	"github.com/allot-ipam/allot/core/k8s"
 	"github.com/allot-ipam/allot/core/k8s/apis/allot/v1alpha1"
 	"github.com/allot-ipam/allot/sdk/policy"
@@ -268,6 +269,7 @@ func (a *Allocator) allocate(ctx context.Context, req *api.AllocateRequest) (*ap
 	defer done()
 
 	views, blocked := a.idx.views()
+	traceStart(ctx, views)
 	preq, err := a.podRequest(ctx, w, views)
 	if err != nil {
 		return nil, err
@@ -284,6 +286,7 @@ func (a *Allocator) allocate(ctx context.Context, req *api.AllocateRequest) (*ap
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.opts.WriteTimeout)
 	defer cancel()
 	alloc, iface := a.allocationOf(w, held)
+	traceChosen(ctx, alloc)
 	if err := a.writeEndpoint(wctx, w, ep, iface); err != nil {
 		// The claims stay: a retry of the ADD finds and reuses them.
 		return nil, unavailable("write AllotEndpoint "+req.Pod.Namespace+"/"+w.endpointName(), err)
@@ -690,6 +693,7 @@ func (a *Allocator) decide(ctx context.Context, w *want, preq *policy.PodRequest
 	pctx, cancel := context.WithTimeout(ctx, a.opts.PolicyTimeout)
 	defer cancel()
 	d, err := pol.SelectPodPools(pctx, preq)
+	explain.From(ctx).Outcome(explain.Step{Name: "policy", Policy: pol, Request: preq, Decision: d, Err: err})
 	if err != nil {
 		return d, api.Errorf(api.CodeUnavailable, "pool policy failed: %v", err)
 	}
@@ -782,6 +786,7 @@ func (a *Allocator) claimFrom(ctx context.Context, w *want, fam policy.Family, c
 			ad, ok := a.idx.pick(cand.Pool, fam, start, conflicted)
 			if !ok {
 				tried = append(tried, fmt.Sprintf("%q", cand.Pool))
+				explain.From(ctx).Pool(cand.Pool, fam, api.VerdictExhausted, noFreeAddress)
 				break
 			}
 			c := a.newClaim(w, cand.Pool, ad)
@@ -928,6 +933,7 @@ func (x *Index) claim(name string) *v1alpha1.AddressClaim {
 // exhausted asks the policy again as if every pool had room: if it then decides, the pools
 // it names were refused only for being full, and they are returned (quoted); else nil.
 func (a *Allocator) exhausted(ctx context.Context, pol policy.PoolPolicy, preq *policy.PodRequest) []string {
+	ctx = explain.Detach(ctx) // a hypothetical question: not a step of the decision
 	again := *preq
 	again.Pools = make([]policy.PoolView, len(preq.Pools))
 	full := map[string]bool{}
