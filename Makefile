@@ -106,7 +106,7 @@ plugins: testsummary
 	@rm -f $(TEST_RESULTS)/$@.jsonl
 	@if [ -f plugin-examples/Makefile ]; then $(MAKE) --no-print-directory -C plugin-examples all test GOTEST='$(GOTEST_JSON)'; fi
 
-bench: build bench-go bench-cni bench-datapath bench-goplugin
+bench: build bench-go bench-cni bench-datapath bench-goplugin bench-scale
 
 bench-go:
 	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./core/allocator/ ./core/store/ ./core/daemon/ | tee $(ALLOT_CACHE)/bench-go.txt | grep -E '^(Benchmark|goos|cpu)' | column -t

@@ -65,6 +65,14 @@ const (
 	DefaultRetryPeriod   = 2 * time.Second
 	DefaultWorkers       = 8
 	DefaultStatusDelay   = time.Second
+	// DefaultQPS and DefaultBurst are the API client's rate when RESTConfig sets none
+	// (client-go's own default, 5 and 10, would spread 5,000 nodes' first blocks over half an
+	// hour: a node costs two AllotNode writes, spec and status, which share one limiter).
+	// 200 writes/s serve 100 nodes/s; the API server's priority and fairness, not this
+	// limiter, protects it (Cilium's operator defaults to 100 and 200, Helm value
+	// k8sClientRateLimit.operator).
+	DefaultQPS   = 200
+	DefaultBurst = 400
 	// EventsNamespace is where Events about cluster-scoped objects go.
 	EventsNamespace = "default"
 	fieldManager    = "allot-operator"
@@ -160,6 +168,7 @@ func (o *Options) defaults() error {
 		return fmt.Errorf("operator: leader election: need RetryPeriod (%v) < RenewDeadline (%v) < LeaseDuration (%v)",
 			o.RetryPeriod, o.RenewDeadline, o.LeaseDuration)
 	}
+	o.RESTConfig = withClientRate(o.RESTConfig)
 	if o.Workers <= 0 {
 		o.Workers = DefaultWorkers
 	}
@@ -178,6 +187,16 @@ func (o *Options) defaults() error {
 		}
 	}
 	return nil
+}
+
+// withClientRate is cfg with DefaultQPS and DefaultBurst when it sets no rate.
+func withClientRate(cfg *rest.Config) *rest.Config {
+	if cfg.QPS != 0 {
+		return cfg
+	}
+	out := rest.CopyConfig(cfg)
+	out.QPS, out.Burst = DefaultQPS, DefaultBurst
+	return out
 }
 
 var setCRLogger sync.Once

@@ -257,10 +257,12 @@ func (s *subnetCtl) work(ctx context.Context) bool {
 }
 
 // sweep writes every subnet's counts and queues every application holding an allocation, so
-// pools of deleted workloads are reclaimed even if their deletion was missed.
+// pools of deleted workloads are reclaimed even if their deletion was missed. The subnets are
+// listed from the informer cache (a sweep every SubnetResync must not poll the API server;
+// one the cache lacks yet comes with its add event) and each is read live before its write.
 func (s *subnetCtl) sweep(ctx context.Context) error {
 	var subs allotv1.AllotSubnetList
-	if err := s.r.List(ctx, &subs); err != nil {
+	if err := s.c.List(ctx, &subs); err != nil {
 		return fmt.Errorf("list AllotSubnets: %w", err)
 	}
 	for i := range subs.Items {

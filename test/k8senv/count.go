@@ -1,0 +1,120 @@
+package k8senv
+
+import (
+	"maps"
+	"net/http"
+	"strings"
+	"sync"
+
+	"k8s.io/client-go/rest"
+)
+
+// Counter counts the API requests made through the configs it wraps, by verb and resource
+// ("GET allotnodes", "WATCH ippools", "PATCH allotnodes/status"): benchmarks use it to show
+// which requests a component makes, and that in steady state it only watches. It is safe for
+// concurrent use; one Counter may wrap the configs of many clients (thousands of simulated
+// agents).
+type Counter struct {
+	mu sync.Mutex
+	by map[string]int64
+}
+
+// Wrap returns a copy of cfg whose requests c counts. The copy keeps cfg's TLS settings, so
+// client-go still shares one transport between clients of equal settings.
+func (c *Counter) Wrap(cfg *rest.Config) *rest.Config {
+	out := rest.CopyConfig(cfg)
+	out.Wrap(func(rt http.RoundTripper) http.RoundTripper { return countingRT{c: c, rt: rt} })
+	return out
+}
+
+// Snapshot returns the counts so far, by "VERB resource".
+func (c *Counter) Snapshot() map[string]int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return maps.Clone(c.by)
+}
+
+// Total is the number of requests so far.
+func (c *Counter) Total() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var n int64
+	for _, v := range c.by {
+		n += v
+	}
+	return n
+}
+
+func (c *Counter) add(key string) {
+	c.mu.Lock()
+	if c.by == nil {
+		c.by = map[string]int64{}
+	}
+	c.by[key]++
+	c.mu.Unlock()
+}
+
+// CountDelta is after minus before, keys whose count did not move left out.
+func CountDelta(before, after map[string]int64) map[string]int64 {
+	out := map[string]int64{}
+	for k, v := range after {
+		if d := v - before[k]; d != 0 {
+			out[k] = d
+		}
+	}
+	return out
+}
+
+type countingRT struct {
+	c  *Counter
+	rt http.RoundTripper
+}
+
+func (t countingRT) RoundTrip(r *http.Request) (*http.Response, error) {
+	verb := r.Method
+	if r.URL.Query().Get("watch") == "true" {
+		verb = "WATCH"
+	} else if r.Method == http.MethodGet && isCollection(r.URL.Path) {
+		verb = "LIST"
+	}
+	t.c.add(verb + " " + ResourceOf(r.URL.Path))
+	return t.rt.RoundTrip(r)
+}
+
+// apiParts is an API path without its group/version prefix and namespace:
+// /apis/allot.io/v1alpha1/allotnodes/n1/status -> [allotnodes n1 status].
+func apiParts(path string) ([]string, bool) {
+	parts := strings.Split(strings.Trim(path, "/"), "/")
+	switch {
+	case len(parts) >= 3 && parts[0] == "api":
+		parts = parts[2:]
+	case len(parts) >= 4 && parts[0] == "apis":
+		parts = parts[3:]
+	default:
+		return nil, false
+	}
+	if len(parts) >= 3 && parts[0] == "namespaces" {
+		parts = parts[2:] // a namespaced resource; namespaces/x alone is a Namespace
+	}
+	return parts, true
+}
+
+func isCollection(path string) bool {
+	parts, ok := apiParts(path)
+	return ok && len(parts) == 1
+}
+
+// ResourceOf reduces an API path to its resource (and subresource):
+// /apis/allot.io/v1alpha1/allotnodes/n1/status -> allotnodes/status.
+func ResourceOf(path string) string {
+	parts, ok := apiParts(path)
+	switch {
+	case !ok:
+		return path
+	case len(parts) == 0:
+		return "-"
+	case len(parts) >= 3:
+		return parts[0] + "/" + parts[2]
+	}
+	return parts[0]
+}

@@ -1,0 +1,265 @@
+package scale
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"runtime"
+	"runtime/metrics"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/rest"
+
+	"github.com/allot-ipam/allot/core/operator"
+	"github.com/allot-ipam/allot/internal/testenv"
+	"github.com/allot-ipam/allot/test/k8senv"
+)
+
+// result is one run's figures.
+type result struct {
+	p             params
+	converge      time.Duration // until the last node held its blocks
+	p50, p99      time.Duration // per node
+	agentStart    map[string]int64
+	agentSteady   map[string]int64 // requests in the steady window
+	opSteady      map[string]int64
+	opAll         map[string]int64 // start to end
+	watches       int64            // the API server's open WATCH requests in steady state
+	apiRSS        uint64           // the API server's resident memory
+	opHeap        uint64           // live heap of the operator (its caches and state) at the end
+	agentHeap     uint64           // live heap per agent
+	agentRoutines float64
+}
+
+// run starts the API server, the operator and p.nodes agents, waits until every node holds
+// its blocks, counts the requests of a steady window, then stops the agents to weigh them.
+func run(tb testing.TB, p params) *result {
+	env := startEnv(tb)
+	r := &result{p: p}
+	heap0, _ := liveHeap()
+	opCnt, agCnt := &k8senv.Counter{}, &k8senv.Counter{}
+	stopOp := startOperator(tb, opCnt.Wrap(operatorConfig(env.Config)))
+	defer stopOp()
+
+	f := &fleet{cfg: agCnt.Wrap(env.Config), dir: tb.TempDir()}
+	defer f.stopAll()
+	f.startAll(p.nodes)
+	r.converge = waitBlocks(tb, f, p)
+	r.p50, r.p99 = percentiles(f.times())
+	r.agentStart = agCnt.Snapshot()
+
+	settle(tb, opCnt, agCnt)
+	opBefore, agBefore := opCnt.Snapshot(), agCnt.Snapshot()
+	time.Sleep(p.window) // sleep: the steady-state window is real time by definition
+	r.opSteady = k8senv.CountDelta(opBefore, opCnt.Snapshot())
+	r.agentSteady = k8senv.CountDelta(agBefore, agCnt.Snapshot())
+	r.opAll = opCnt.Snapshot()
+	r.watches, r.apiRSS = apiServerFigures(tb, env.Config)
+
+	heap1, g1 := liveHeap()
+	f.stopAll()
+	heap2, g2 := liveHeap()
+	r.agentHeap = (heap1 - min(heap1, heap2)) / uint64(p.nodes)
+	r.agentRoutines = float64(g1-g2) / float64(p.nodes)
+	r.opHeap = heap2 - min(heap2, heap0)
+	return r
+}
+
+// operatorConfig is the operator's client config as allotd's operator mode builds it from a
+// kubeconfig: no client rate set (the operator applies its defaults).
+func operatorConfig(cfg *rest.Config) *rest.Config {
+	out := rest.CopyConfig(cfg)
+	out.QPS, out.Burst = 0, 0
+	return out
+}
+
+// startOperator runs the operator (multi-pool, the defaults of allotd's operator mode) until
+// the returned stop, waiting until it leads.
+func startOperator(tb testing.TB, cfg *rest.Config) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	leader := make(chan struct{}, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- operator.Run(ctx, operator.Options{
+			RESTConfig: cfg, Identity: "scale", Registry: prometheus.NewRegistry(),
+			Logger:   slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+			OnLeader: func() { leader <- struct{}{} },
+		})
+	}()
+	select {
+	case <-leader:
+	case err := <-done:
+		cancel()
+		tb.Fatalf("operator: %v", err)
+	case <-time.After(2 * time.Minute):
+		cancel()
+		tb.Fatal("operator did not lead within 2m")
+	}
+	return func() {
+		cancel()
+		if err := <-done; err != nil {
+			tb.Error(err)
+		}
+	}
+}
+
+// settle waits until neither the operator nor the agents made a request for 5 s, but the
+// operator's Lease renewals (every RetryPeriod, whatever the cluster's size): the writes of
+// the start are over (pool status batches, the agents' status patches).
+func settle(tb testing.TB, op, ag *k8senv.Counter) {
+	snap := func() map[string]int64 {
+		m := ag.Snapshot()
+		for k, v := range op.Snapshot() {
+			if !strings.HasSuffix(k, " leases") {
+				m["operator "+k] = v
+			}
+		}
+		return m
+	}
+	last, since := snap(), time.Now()
+	var moved map[string]int64
+	testenv.Eventually(tb, 5*time.Minute, "no API request for 5s", func() (bool, string) {
+		if cur := snap(); sumOf(cur) != sumOf(last) {
+			moved = k8senv.CountDelta(last, cur)
+			last, since = cur, time.Now()
+		}
+		return time.Since(since) >= 5*time.Second, fmt.Sprintf("%d requests so far; last moved: %v", sumOf(last), moved)
+	})
+}
+
+// liveHeap is the live heap after a full collection, and the number of goroutines.
+func liveHeap() (uint64, int) {
+	runtime.GC()
+	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64(), runtime.NumGoroutine()
+}
+
+func percentiles(ds []time.Duration) (p50, p99 time.Duration) {
+	slices.Sort(ds)
+	if len(ds) == 0 {
+		return 0, 0
+	}
+	return ds[len(ds)/2], ds[min(len(ds)-1, len(ds)*99/100)]
+}
+
+// apiServerFigures reads the API server's own metrics: its open WATCH requests and its
+// resident memory.
+func apiServerFigures(tb testing.TB, cfg *rest.Config) (watches int64, rss uint64) {
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	resp, err := hc.Get(cfg.Host + "/metrics")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		tb.Fatalf("API server /metrics: HTTP %d", resp.StatusCode)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		name, val, ok := metricLine(line)
+		switch {
+		case !ok:
+		case name == "apiserver_longrunning_requests" && strings.Contains(line, `verb="WATCH"`):
+			watches += int64(val)
+		case name == "process_resident_memory_bytes":
+			rss = uint64(val)
+		}
+	}
+	return watches, rss
+}
+
+// metricLine splits a Prometheus text line into its metric name and value.
+func metricLine(line string) (string, float64, bool) {
+	if line == "" || line[0] == '#' {
+		return "", 0, false
+	}
+	name := line
+	if i := strings.IndexAny(line, "{ "); i > 0 {
+		name = line[:i]
+	}
+	f := strings.Fields(line)
+	v, err := strconv.ParseFloat(f[len(f)-1], 64)
+	return name, v, err == nil
+}
+
+// agentRate is the agents' steady-state requests per node per minute: with watches
+// (re-opened watches count) or without.
+func (r *result) agentRate(withWatches bool) float64 {
+	var n int64
+	for k, v := range r.agentSteady {
+		if withWatches || !strings.HasPrefix(k, "WATCH ") {
+			n += v
+		}
+	}
+	return float64(n) / float64(r.p.nodes) / r.p.window.Minutes()
+}
+
+func (r *result) print(w io.Writer) {
+	n := float64(r.p.nodes)
+	perMin := func(m map[string]int64) string {
+		var parts []string
+		for _, k := range sortedKeys(m) {
+			parts = append(parts, fmt.Sprintf("%s %.3f", k, float64(m[k])/n/r.p.window.Minutes()))
+		}
+		if len(parts) == 0 {
+			return "none"
+		}
+		return strings.Join(parts, ", ")
+	}
+	verdict := "met"
+	if r.converge > Goal {
+		verdict = "MISSED"
+	}
+	fmt.Fprintf(w, "\nscale: %d nodes (real agents as goroutines), operator in-process, one kube-apiserver\n", r.p.nodes)
+	fmt.Fprintf(w, "  %-46s %v (p50 %v, p99 %v); goal <= %v: %s\n", "every node holds its blocks in", r.converge.Round(10*time.Millisecond),
+		r.p50.Round(10*time.Millisecond), r.p99.Round(10*time.Millisecond), Goal, verdict)
+	fmt.Fprintf(w, "  %-46s %.2f per node: %s\n", "agent requests during the start", float64(sumOf(r.agentStart))/n, perNode(r.agentStart, n))
+	fmt.Fprintf(w, "  %-46s %.2f per node: %s\n", "operator requests, start to end", float64(sumOf(r.opAll))/n, perNode(r.opAll, n))
+	fmt.Fprintf(w, "  %-46s %.3f: %s\n", fmt.Sprintf("agent req/node/min, steady (%v)", r.p.window), r.agentRate(true), perMin(r.agentSteady))
+	fmt.Fprintf(w, "  %-46s %.3f: %s\n", fmt.Sprintf("operator req/node/min, steady (%v)", r.p.window),
+		float64(sumOf(r.opSteady))/n/r.p.window.Minutes(), perMin(r.opSteady))
+	fmt.Fprintf(w, "  %-46s %d (%.1f per node)\n", "open watches at the API server", r.watches, float64(r.watches)/n)
+	fmt.Fprintf(w, "  %-46s %.1f MiB\n", "operator live heap", float64(r.opHeap)/(1<<20))
+	fmt.Fprintf(w, "  %-46s %.1f KiB, %.1f goroutines\n", "agent live heap, per node", float64(r.agentHeap)/(1<<10), r.agentRoutines)
+	fmt.Fprintf(w, "  %-46s %.0f MiB\n", "kube-apiserver resident memory", float64(r.apiRSS)/(1<<20))
+}
+
+func perNode(m map[string]int64, n float64) string {
+	var parts []string
+	for _, k := range sortedKeys(m) {
+		parts = append(parts, fmt.Sprintf("%s %.2f", k, float64(m[k])/n))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func sumOf(m map[string]int64) int64 {
+	var n int64
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
+func sortedKeys(m map[string]int64) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}

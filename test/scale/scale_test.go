@@ -1,0 +1,123 @@
+package scale
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/klog/v2"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	allotv1 "github.com/allot-ipam/allot/core/k8s/apis/allot/v1alpha1"
+	"github.com/allot-ipam/allot/internal/testenv"
+	"github.com/allot-ipam/allot/test/k8senv"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+func TestMain(m *testing.M) {
+	klog.SetLogger(logr.Discard()) // thousands of reflectors' chatter
+	ctrllog.SetLogger(logr.Discard())
+	os.Exit(m.Run())
+}
+
+// Goal is the time within which every node must hold its blocks.
+const Goal = 60 * time.Second
+
+// maxSteadyRate bounds the agents' requests other than watches, per node per minute, in
+// steady state: an agent that polled anything, even every ten minutes, would exceed it.
+const maxSteadyRate = 0.1
+
+// TestScale runs 200 nodes: the scale path (thousands of informers in one process, the
+// operator serving them) keeps working, and in steady state the agents only watch.
+func TestScale(t *testing.T) {
+	r := run(t, params{nodes: envInt(t, "ALLOT_SCALE_NODES", 200), window: 10 * time.Second, timeout: 10 * time.Minute})
+	r.print(os.Stdout)
+	if rate := r.agentRate(false); rate > maxSteadyRate {
+		t.Errorf("agents made %.3f requests other than watches per node per minute in steady state (at most %v): %v",
+			rate, maxSteadyRate, r.agentSteady)
+	}
+}
+
+// BenchmarkScale runs 5,000 nodes (ALLOT_SCALE_NODES) and reports the time until every node
+// holds its blocks (goal 60 s), the steady-state requests per node per minute over a window
+// of 60 s (ALLOT_SCALE_WINDOW), and the memory of the operator and of one agent. Run with
+// `make bench-scale` (-benchtime=1x).
+func BenchmarkScale(b *testing.B) {
+	p := params{nodes: envInt(b, "ALLOT_SCALE_NODES", 5000), window: time.Minute, timeout: 15 * time.Minute}
+	if w := os.Getenv("ALLOT_SCALE_WINDOW"); w != "" {
+		d, err := time.ParseDuration(w)
+		if err != nil {
+			b.Fatalf("ALLOT_SCALE_WINDOW: %v", err)
+		}
+		p.window = d
+	}
+	for range b.N {
+		r := run(b, p)
+		r.print(os.Stdout)
+		b.ReportMetric(r.converge.Seconds(), "s-all-blocks")
+		b.ReportMetric(r.agentRate(true), "agent-req/node/min")
+		b.ReportMetric(float64(r.opHeap)/(1<<20), "MiB-operator")
+		b.ReportMetric(float64(r.agentHeap)/(1<<10), "KiB/agent")
+	}
+}
+
+func envInt(tb testing.TB, name string, def int) int {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n <= 0 {
+		tb.Fatalf("%s=%q: want a positive number", name, v)
+	}
+	return n
+}
+
+type params struct {
+	nodes   int
+	window  time.Duration // steady-state window
+	timeout time.Duration // for every node to hold its blocks (a failure, not the goal)
+}
+
+// startEnv starts the API server with room for thousands of clients (its in-flight limits
+// raised: they bound APF's total concurrency) and the pool the nodes draw from (dual stack, a
+// /24 and a /120 per node, as in Cilium's multi-pool defaults).
+func startEnv(tb testing.TB) *k8senv.Env {
+	env := k8senv.Start(tb, k8senv.Options{ExtraAPIServerFlags: []string{
+		"--max-requests-inflight=2000", "--max-mutating-requests-inflight=1000",
+	}})
+	c, err := env.Client()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	pool := &allotv1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: "default"}}
+	pool.Spec.IPv4 = &allotv1.PoolFamily{CIDRs: []string{"10.0.0.0/8"}, MaskSize: 24}
+	pool.Spec.IPv6 = &allotv1.PoolFamily{CIDRs: []string{"fd00::/96"}, MaskSize: 120}
+	if err := c.Create(context.Background(), pool); err != nil {
+		tb.Fatal(err)
+	}
+	return env
+}
+
+// waitBlocks waits until every node holds its blocks and returns how long that took.
+func waitBlocks(tb testing.TB, f *fleet, p params) time.Duration {
+	testenv.Eventually(tb, p.timeout, "every node holding its blocks", func() (bool, string) {
+		f.mu.Lock()
+		errs := f.errs
+		f.mu.Unlock()
+		if len(errs) > 0 {
+			tb.Fatalf("%d agents did not start; first: %v", len(errs), errs[0])
+		}
+		n := f.ready.Load()
+		return n == int64(p.nodes), fmt.Sprintf("%d of %d nodes hold their blocks", n, p.nodes)
+	})
+	var last time.Duration
+	for _, d := range f.times() {
+		last = max(last, d)
+	}
+	return last
+}
