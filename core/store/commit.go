@@ -71,11 +71,24 @@ func (s *Store) submit(ctx context.Context, o *op) error {
 // its expected batch is itself.
 func (s *Store) commitLoop() {
 	defer close(s.done)
+	defer s.finish()
 	batch := make([]*op, 0, s.maxBatch)
 	var timer *time.Timer
+	tick := time.NewTicker(s.ckptInterval)
+	defer tick.Stop()
 	expect := 0 // writes expected in the next batch
 	for {
-		first, ok := <-s.queue
+		var first *op
+		var ok bool
+		select {
+		case first, ok = <-s.queue:
+		case <-tick.C:
+			// A quiet store's writes move into the file too, not only a busy one's.
+			if !s.ckptBusy.Load() {
+				s.freeze()
+			}
+			continue
+		}
 		if !ok {
 			return
 		}
@@ -96,6 +109,14 @@ func (s *Store) commitLoop() {
 			return
 		}
 	}
+}
+
+// finish stops the checkpointer once the committer is done and checkpoints the rest.
+func (s *Store) finish() {
+	close(s.stopping)
+	close(s.ckptJobs)
+	<-s.ckptExit
+	s.flush()
 }
 
 // drain appends every op already queued, without waiting. It reports false if
@@ -139,87 +160,44 @@ func (s *Store) gather(batch *[]*op, target int, timer *time.Timer) bool {
 	return true
 }
 
-// commit applies batch in order in one bbolt transaction and answers every op
-// with the same outcome: bbolt transactions are atomic, so either all ops of
-// the batch are on disk or none is (for errors before Commit); see below for
-// errors from Commit itself.
+// commit appends batch to the log as one frame, syncs it and answers every op with the
+// same outcome. Only then does the batch enter the overlay that reads see, and the
+// checkpoint that moves it into the bbolt file comes later, off this path.
 func (s *Store) commit(batch []*op) {
 	if err := s.failure(); err != nil {
 		answer(batch, err)
 		return
 	}
 	start := time.Now()
-	tx, err := s.begin(batch)
+	written, err := s.wal.append(batch)
 	if err != nil {
-		answer(batch, err)
-		return
-	}
-	txid := tx.ID()
-	if err := s.commitTx(tx); err != nil {
 		s.stats.errors.Add(1)
-		if s.notCommitted(txid) {
-			// bbolt writes the batch's pages into free space, syncs, and only then
-			// writes the meta page that makes them part of the file. The meta page
-			// still names an older transaction, so nothing of this batch is in
-			// the database and the pages it wrote are free again: a clean failure,
-			// as from a full disk or a file system turned read-only. The store goes
-			// on, and the next batch succeeds once space (or write access) returns.
-			werr := fmt.Errorf("batch of %d ops not written: commit to %s: %w", len(batch), s.path, diskErr(err))
-			s.log.Error("store commit failed before its meta page; nothing written, later writes will try again", "ops", len(batch), "cause", DiskCause(err), "err", err)
+		seg := s.walPaths[s.wal.cur]
+		if !written {
+			// Nothing was synced and nothing answered: the next frame takes the same place
+			// and number, so whatever part of this one reached the file is overwritten or,
+			// if the process dies first, a torn tail that replay ignores. A full disk or a
+			// file system turned read-only fails here, and the store goes on.
+			werr := fmt.Errorf("batch of %d ops not written: write to %s: %w", len(batch), seg, diskErr(err))
+			s.log.Error("store log write failed; nothing written, later writes will try again", "ops", len(batch), "cause", DiskCause(err), "err", err)
 			answer(batch, werr)
 			return
 		}
-		// A failed Commit after the meta page was written (its fsync failed) may
-		// have left the batch on disk, or not, and Linux may have dropped the dirty
-		// pages after a failed fsync. Memory and disk can no longer be trusted
-		// to agree, so stop writing: the daemon restarts and rebuilds its
-		// memory from what is actually on disk.
-		ferr := fmt.Errorf("%w: commit of %d ops to %s: %w", ErrFailed, len(batch), s.path, diskErr(err))
+		// A failed fsync may have dropped the dirty pages: the frame may or may not be
+		// on disk, so memory and disk can no longer be trusted to agree. Stop writing:
+		// the daemon restarts and rebuilds its memory from what the disk holds.
+		ferr := fmt.Errorf("%w: sync of %d ops to %s: %w", ErrFailed, len(batch), seg, diskErr(err))
 		s.setFailure(ferr)
-		s.log.Error("store commit failed; refusing further writes", "ops", len(batch), "err", err)
+		s.log.Error("store log sync failed; refusing further writes", "ops", len(batch), "err", err)
 		answer(batch, fmt.Errorf("outcome unknown: %w", ferr))
 		return
 	}
+	s.applyOverlay(batch)
 	s.stats.record(len(batch), time.Since(start))
 	answer(batch, nil)
-}
-
-// begin opens a write transaction and applies the batch in arrival order. On
-// error the transaction is rolled back (nothing written) and the error is
-// wrapped for the callers.
-func (s *Store) begin(batch []*op) (*bolt.Tx, error) {
-	tx, err := s.db.Begin(true)
-	if err != nil {
-		s.stats.errors.Add(1)
-		return nil, fmt.Errorf("batch of %d ops not written: begin transaction: %w", len(batch), err)
+	if s.wal.off >= s.ckptBytes && !s.ckptBusy.Load() {
+		s.freeze()
 	}
-	fail := func(err error) (*bolt.Tx, error) {
-		_ = tx.Rollback()
-		s.stats.errors.Add(1)
-		s.log.Error("store batch failed before commit", "ops", len(batch), "err", err)
-		return nil, fmt.Errorf("batch of %d ops not written: %w", len(batch), err)
-	}
-	records := tx.Bucket(recordsBucket)
-	for _, o := range batch {
-		b := records
-		if o.bucket != nil {
-			b = tx.Bucket(o.bucket)
-		}
-		if o.del {
-			err = b.Delete(o.key)
-		} else {
-			err = b.Put(o.key, o.value)
-		}
-		if err != nil {
-			return fail(fmt.Errorf("key %q: %w", keyName(o.key), err))
-		}
-	}
-	if s.beforeCommit != nil {
-		if err := s.beforeCommit(tx); err != nil {
-			return fail(err)
-		}
-	}
-	return tx, nil
 }
 
 // notCommitted reports whether the current meta page (the one bbolt reads, with the
@@ -264,6 +242,10 @@ type Stats struct {
 	LastCommit    time.Duration // latest commit: write + fsync
 	TotalCommit   time.Duration // sum over all commits (TotalCommit/Batches is the mean)
 	Queued        int           // operations waiting for a transaction now
+	// Checkpoints counts the log's checkpoints into the bbolt file, and CheckpointTime
+	// their total duration.
+	Checkpoints    uint64
+	CheckpointTime time.Duration
 }
 
 // AvgBatchSize returns Ops/Batches, or 0 before the first commit.
@@ -278,6 +260,13 @@ type statsCounters struct {
 	batches, ops, errors atomic.Uint64
 	lastBatch, maxBatch  atomic.Int64
 	lastCommit, total    atomic.Int64 // nanoseconds
+	checkpoints          atomic.Uint64
+	checkpointTime       atomic.Int64 // nanoseconds
+}
+
+func (c *statsCounters) checkpoint(d time.Duration) {
+	c.checkpoints.Add(1)
+	c.checkpointTime.Add(int64(d))
 }
 
 func (c *statsCounters) record(n int, d time.Duration) {
@@ -295,13 +284,15 @@ func (c *statsCounters) record(n int, d time.Duration) {
 // Close.
 func (s *Store) Stats() Stats {
 	return Stats{
-		Batches:       s.stats.batches.Load(),
-		Ops:           s.stats.ops.Load(),
-		Errors:        s.stats.errors.Load(),
-		LastBatchSize: int(s.stats.lastBatch.Load()),
-		MaxBatchSize:  int(s.stats.maxBatch.Load()),
-		LastCommit:    time.Duration(s.stats.lastCommit.Load()),
-		TotalCommit:   time.Duration(s.stats.total.Load()),
-		Queued:        len(s.queue),
+		Batches:        s.stats.batches.Load(),
+		Ops:            s.stats.ops.Load(),
+		Errors:         s.stats.errors.Load(),
+		LastBatchSize:  int(s.stats.lastBatch.Load()),
+		MaxBatchSize:   int(s.stats.maxBatch.Load()),
+		LastCommit:     time.Duration(s.stats.lastCommit.Load()),
+		TotalCommit:    time.Duration(s.stats.total.Load()),
+		Queued:         len(s.queue),
+		Checkpoints:    s.stats.checkpoints.Load(),
+		CheckpointTime: time.Duration(s.stats.checkpointTime.Load()),
 	}
 }

@@ -107,10 +107,8 @@ func TestCrashRecovery(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "state", "allot.db")
 	ctx := context.Background()
 
-	// Acknowledgements across all rounds: owner -> last acknowledged kind.
-	acked := map[Owner]string{}
-	// Highest record index acknowledged per (round, worker).
-	last := map[[2]int]int{}
+	// Acknowledgements across all rounds.
+	acks := newAckLog()
 	const rounds = 5
 	for round := range rounds {
 		delay := time.Duration(50+rng.IntN(400)) * time.Millisecond
@@ -122,12 +120,11 @@ func TestCrashRecovery(t *testing.T) {
 				t.Fatalf("round %d: unexpected child line %q", round, l)
 			}
 			cid, ifname, _ := strings.Cut(owner, "/")
-			acked[Owner{cid, ifname}] = kind
 			var rd, w, i int
 			if _, err := fmt.Sscanf(cid, "r%d-w%d-%d", &rd, &w, &i); err != nil {
 				t.Fatalf("round %d: bad owner in child line %q", round, l)
 			}
-			last[[2]int{rd, w}] = max(last[[2]int{rd, w}], i)
+			acks.ack(rd, w, i, Owner{cid, ifname}, kind)
 			if kind == "P" {
 				puts++
 			} else {
@@ -144,47 +141,7 @@ func TestCrashRecovery(t *testing.T) {
 			t.Fatalf("round %d: reopen after kill: %v", round, err)
 		}
 		verifyConsistent(t, s)
-		list, err := s.List(ctx)
-		if err != nil {
-			t.Fatalf("round %d: List after kill: %v", round, err)
-		}
-		present := make(map[Owner]Record, len(list))
-		seenAddr := map[string]Owner{}
-		for _, r := range list {
-			present[r.Owner] = r
-			for _, a := range r.Addresses {
-				if prev, dup := seenAddr[a.Prefix.String()]; dup {
-					t.Fatalf("round %d: address %s held by %s and %s", round, a.Prefix, prev, r.Owner)
-				}
-				seenAddr[a.Prefix.String()] = r.Owner
-			}
-		}
-		for o, kind := range acked {
-			r, ok := present[o]
-			switch kind {
-			case "P":
-				var rd, w, i int
-				if _, err := fmt.Sscanf(o.ContainerID, "r%d-w%d-%d", &rd, &w, &i); err != nil {
-					t.Fatalf("bad owner %s", o)
-				}
-				if !ok {
-					// The worker's last op may be a Delete that committed
-					// but was killed before it was acknowledged: an
-					// unacknowledged op may or may not be applied.
-					if i%4 == 3 && i == last[[2]int{rd, w}] {
-						continue
-					}
-					t.Fatalf("round %d: acknowledged Put of %s lost", round, o)
-				}
-				if want := crashRecord(rd, w, i); !equalRecord(r, want) {
-					t.Fatalf("round %d: record %s = %+v, want %+v", round, o, r, want)
-				}
-			case "D":
-				if ok {
-					t.Fatalf("round %d: acknowledged Delete of %s undone", round, o)
-				}
-			}
-		}
+		acks.verify(t, s, round)
 		if err := s.Close(); err != nil {
 			t.Fatal(err)
 		}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -181,8 +182,8 @@ func TestNewStoreIsCreatedWhole(t *testing.T) {
 	}
 	_ = s.Close()
 	ents, _ := os.ReadDir(filepath.Dir(path))
-	if len(ents) != 1 || ents[0].Name() != "allot.db" {
-		t.Fatalf("directory holds %v, want only allot.db", ents)
+	if len(ents) != 3 || ents[0].Name() != "allot.db" || ents[1].Name() != "allot.db.wal0" || ents[2].Name() != "allot.db.wal1" {
+		t.Fatalf("directory holds %v, want only allot.db and its log", ents)
 	}
 	rep, err := Inspect(context.Background(), path, InspectOptions{})
 	if err != nil || !rep.OK() || len(rep.Records) != 1 || rep.Schema != schemaVersion {
@@ -328,6 +329,11 @@ func TestOpenFollowsRename(t *testing.T) {
 	if err := os.Rename(path+".next", path); err != nil {
 		t.Fatal(err)
 	}
+	for i, seg := range WALPaths(path + ".next") { // its log comes with it
+		if err := os.Rename(seg, WALPaths(path)[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
 	_ = old.Close()
 	if err := <-done; err != nil {
 		t.Fatal(err)
@@ -355,26 +361,43 @@ func TestMoveAside(t *testing.T) {
 	}
 }
 
-// TestCleanCommitFailure: a commit that fails before bbolt writes the meta page (a full
-// disk, a read-only file system) leaves nothing on disk, and the store goes on.
+// TestCleanCommitFailure: a log write that fails (a full disk, a read-only file system)
+// leaves nothing acknowledged, and the store goes on; so does a checkpoint that fails
+// before bbolt writes its meta page, which is tried again while the log keeps the writes.
 func TestCleanCommitFailure(t *testing.T) {
 	ctx := context.Background()
-	s := openTest(t, filepath.Join(t.TempDir(), "allot.db"), Options{NoSync: true})
-	enospc := &os.PathError{Op: "write", Path: s.Path(), Err: syscall.ENOSPC}
-	s.commitTx = func(tx *bolt.Tx) error {
-		_ = tx.Rollback()
-		return enospc
-	}
+	s, fw := openFaulty(t, filepath.Join(t.TempDir(), "allot.db"), Options{NoSync: true})
+	fw.set(&os.PathError{Op: "write", Path: s.walPaths[0], Err: syscall.ENOSPC}, nil)
 	err := s.Put(ctx, testRecord("c", "eth0", 1))
 	if err == nil || errors.Is(err, ErrFailed) || !strings.Contains(err.Error(), "not written") || !strings.Contains(err.Error(), "no space left on device") {
-		t.Fatalf("Put with a commit failing before its meta page = %v", err)
+		t.Fatalf("Put with a log write failing = %v", err)
 	}
-	s.commitTx = (*bolt.Tx).Commit
+	fw.set(nil, nil)
 	if _, ok, _ := s.Get(ctx, Owner{"c", "eth0"}); ok {
 		t.Fatal("failed Put left a record")
 	}
 	if err := s.Put(ctx, testRecord("c", "eth0", 1)); err != nil {
 		t.Fatalf("Put once the disk is back: %v", err)
+	}
+
+	var fails atomic.Int32
+	s.commitTx = func(tx *bolt.Tx) error {
+		if fails.Add(1) <= 2 {
+			_ = tx.Rollback()
+			return &os.PathError{Op: "write", Path: s.Path(), Err: syscall.ENOSPC}
+		}
+		return tx.Commit()
+	}
+	s.ckptBytes = 1 // the next write starts a checkpoint
+	if err := s.Put(ctx, testRecord("d", "eth0", 2)); err != nil {
+		t.Fatal(err)
+	}
+	testWaitFor(t, func() bool { return s.Stats().Checkpoints > 0 })
+	if s.failure() != nil || fails.Load() < 3 {
+		t.Fatalf("after clean checkpoint failures: failure %v, %d attempts", s.failure(), fails.Load())
+	}
+	if list, err := s.List(ctx); err != nil || len(list) != 2 {
+		t.Fatalf("List = %d records, %v; want 2", len(list), err)
 	}
 }
 

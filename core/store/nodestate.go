@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"net/netip"
 	"time"
-
-	bolt "go.etcd.io/bbolt"
 )
 
 // The node state: what an agent last learned from the API server about the blocks its node
@@ -100,13 +98,8 @@ func (s *Store) NodeState(ctx context.Context) (NodeState, bool, error) {
 	if err := s.readable(ctx); err != nil {
 		return NodeState{}, false, fmt.Errorf("store: node state: %w", err)
 	}
-	var raw []byte
-	if err := s.db.View(func(tx *bolt.Tx) error {
-		if v := tx.Bucket(metaBucket).Get(nodeStateKey); v != nil {
-			raw = bytes.Clone(v)
-		}
-		return nil
-	}); err != nil {
+	raw, err := s.get(metaBucket, nodeStateKey)
+	if err != nil {
 		return NodeState{}, false, fmt.Errorf("store: node state: %w", err)
 	}
 	if raw == nil {

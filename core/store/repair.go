@@ -374,7 +374,8 @@ func Compact(ctx context.Context, path string, opts InspectOptions) (CompactResu
 }
 
 // MoveAside renames the store file at path to path.corrupt-<UTC timestamp> (with a
-// counter if that exists) and returns the new name. The damaged file is kept for
+// counter if that exists), and its write-ahead log's segments to match, and returns the
+// new name. The damaged file is kept for
 // diagnosis and salvage; it is never deleted.
 func MoveAside(path string, now time.Time) (string, error) {
 	base := path + ".corrupt-" + now.UTC().Format("20060102T150405Z")
@@ -387,6 +388,13 @@ func MoveAside(path string, now time.Time) (string, error) {
 	}
 	if err := os.Rename(path, to); err != nil {
 		return "", fmt.Errorf("store: move %s aside: %w", path, diskErr(err))
+	}
+	// The log goes with its file: its frames hold acknowledged writes the file may lack,
+	// and beside a new file at path they would be refused.
+	for i, seg := range WALPaths(path) {
+		if err := os.Rename(seg, WALPaths(to)[i]); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return "", fmt.Errorf("store: move %s aside: %w", seg, diskErr(err))
+		}
 	}
 	if err := syncDir(filepath.Dir(path)); err != nil {
 		return "", fmt.Errorf("store: move %s aside: sync directory: %w", path, err)

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -128,6 +129,11 @@ type Options struct {
 	// tuning overrides bbolt settings; benchmarks use it to measure the
 	// chosen defaults against the alternatives.
 	tuning *boltTuning
+	// The log's checkpoint size and interval (defaults in walfile.go), and a wrapper of
+	// its file access: tests set them.
+	checkpointBytes    int64
+	checkpointInterval time.Duration
+	walIO              func(walFiles) walIO
 }
 
 // boltTuning holds the bbolt settings we chose by measurement (see doc.go).
@@ -162,13 +168,30 @@ type Store struct {
 
 	stats statsCounters
 
-	// beforeCommit, when set by tests, runs inside each write transaction
-	// after the batch is applied and before Commit; an error from it aborts
-	// the transaction.
-	beforeCommit func(*bolt.Tx) error
-	// commitTx commits a write transaction; tests replace it to inject a
+	// The write-ahead log (walfile.go): the committer's writer, the segment files, and
+	// how full a segment gets (or how long a write waits) before a checkpoint.
+	wal          walWriter
+	walFiles     walFiles
+	walPaths     []string
+	ckptBytes    int64
+	ckptInterval time.Duration
+
+	// The overlay (overlay.go), guarded by ovMu.
+	ovMu           sync.RWMutex
+	active, frozen overlay
+
+	// The checkpointer (checkpoint.go): ckptBusy is set while a checkpoint runs (its
+	// segment may not be written), stopping ends its retries when the store closes.
+	ckptBusy atomic.Bool
+	ckptJobs chan ckptJob
+	ckptExit chan struct{}
+	stopping chan struct{}
+
+	// commitTx commits a checkpoint's transaction; tests replace it to inject a
 	// failure inside Commit.
 	commitTx func(*bolt.Tx) error
+	// afterCheckpoint, when set by tests, runs after each checkpoint is committed.
+	afterCheckpoint func()
 }
 
 // Open opens (creating if needed) the store at path. The directory is created
@@ -197,6 +220,11 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
+	w, files, err := openWAL(path, db, created, opts, logger)
+	if err != nil {
+		_ = db.Close()
+		return nil, err
+	}
 	s := &Store{
 		path:          path,
 		db:            db,
@@ -205,13 +233,71 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		maxGroupDelay: opts.MaxGroupDelay,
 		// The queue holds a few batches' worth so bursts do not block
 		// callers on the channel; past that, senders wait (backpressure).
-		queue:    make(chan *op, 4*opts.MaxBatch),
-		done:     make(chan struct{}),
-		commitTx: (*bolt.Tx).Commit,
+		queue:        make(chan *op, 4*opts.MaxBatch),
+		done:         make(chan struct{}),
+		commitTx:     (*bolt.Tx).Commit,
+		wal:          w,
+		walFiles:     files,
+		walPaths:     WALPaths(path),
+		ckptBytes:    opts.checkpointBytes,
+		ckptInterval: opts.checkpointInterval,
+		active:       overlay{},
+		ckptJobs:     make(chan ckptJob, 1),
+		ckptExit:     make(chan struct{}),
+		stopping:     make(chan struct{}),
 	}
+	go s.checkpointLoop()
 	go s.commitLoop()
 	logger.Debug("store opened", "created", created, "nosync", opts.NoSync, "max_batch", opts.MaxBatch)
 	return s, nil
+}
+
+// openWAL replays what the log holds beyond the file's checkpoint into the file and
+// opens the log for writing. A log that cannot be replayed makes the store unusable.
+func openWAL(path string, db *bolt.DB, created bool, opts Options, logger *slog.Logger) (walWriter, walFiles, error) {
+	id, ckpt, err := walMeta(db)
+	if err != nil {
+		return walWriter{}, nil, fmt.Errorf("store: %s: %w", path, err)
+	}
+	paths := WALPaths(path)
+	if created {
+		if err := removeStaleWAL(paths, logger); err != nil {
+			return walWriter{}, nil, fmt.Errorf("store: %w", err)
+		}
+	}
+	frames, err := readWAL(paths, id, ckpt)
+	var we *WALError
+	if errors.As(err, &we) {
+		return walWriter{}, nil, &UnusableError{Path: path, Problem: we.Error(), Err: we}
+	}
+	if err != nil {
+		return walWriter{}, nil, fmt.Errorf("store: %s: %w", path, err)
+	}
+	if err := replayWAL(db, frames); err != nil {
+		return walWriter{}, nil, fmt.Errorf("store: %s: %w", path, diskErr(err))
+	}
+	last := ckpt
+	if len(frames) > 0 {
+		last = frames[len(frames)-1].seq
+		logger.Info("store replayed its write-ahead log", "frames", len(frames), "from", frames[0].seq, "to", last)
+	}
+	files, err := openSegments(paths, id, opts.NoSync)
+	if err != nil {
+		return walWriter{}, nil, fmt.Errorf("store: %w", err)
+	}
+	w := walWriter{io: files, noSync: opts.NoSync, off: walHeaderSize, seq: last}
+	for i, f := range files {
+		st, err := f.Stat()
+		if err != nil {
+			_ = files.close()
+			return walWriter{}, nil, fmt.Errorf("store: %w", diskErr(err))
+		}
+		w.size[i] = st.Size()
+	}
+	if opts.walIO != nil {
+		w.io = opts.walIO(files)
+	}
+	return w, files, nil
 }
 
 // withDefaults checks o for a store at path and fills the limits left at zero.
@@ -230,6 +316,12 @@ func (o Options) withDefaults(path string) (Options, error) {
 	}
 	if o.MaxGroupDelay == 0 {
 		o.MaxGroupDelay = DefaultMaxGroupDelay
+	}
+	if o.checkpointBytes == 0 {
+		o.checkpointBytes = defaultCheckpointBytes
+	}
+	if o.checkpointInterval == 0 {
+		o.checkpointInterval = defaultCheckpointInterval
 	}
 	return o, nil
 }
@@ -355,25 +447,19 @@ func (s *Store) Get(ctx context.Context, o Owner) (Record, bool, error) {
 	if err := s.readable(ctx); err != nil {
 		return Record{}, false, err
 	}
-	var (
-		r     Record
-		found bool
-	)
-	err := s.db.View(func(tx *bolt.Tx) error {
-		k := ownerKey(o)
-		v := tx.Bucket(recordsBucket).Get(k)
-		if v == nil {
-			return nil
-		}
-		found = true
-		var err error
-		r, err = decodeRecord(k, v)
-		return err
-	})
+	k := ownerKey(o)
+	v, err := s.get(nil, k)
 	if err != nil {
 		return Record{}, false, fmt.Errorf("store: get %s: %w", o, err)
 	}
-	return r, found, nil
+	if v == nil {
+		return Record{}, false, nil
+	}
+	r, err := decodeRecord(k, v)
+	if err != nil {
+		return Record{}, false, fmt.Errorf("store: get %s: %w", o, err)
+	}
+	return r, true, nil
 }
 
 // List returns every record, sorted by owner (container ID, then interface
@@ -387,18 +473,15 @@ func (s *Store) List(ctx context.Context) ([]Record, error) {
 		return nil, err
 	}
 	var out []Record
-	err := s.db.View(func(tx *bolt.Tx) error {
-		b := tx.Bucket(recordsBucket)
-		// bbolt iterates in key byte order, and the key encoding makes that
-		// the owner order; no sort needed.
-		return b.ForEach(func(k, v []byte) error {
-			r, err := decodeRecord(k, v)
-			if err != nil {
-				return err
-			}
-			out = append(out, r)
-			return nil
-		})
+	// Keys come in byte order, and the key encoding makes that the owner order; no
+	// sort needed.
+	err := s.forEachRecord(ctx, func(k, v []byte) error {
+		r, err := decodeRecord(k, v)
+		if err != nil {
+			return err
+		}
+		out = append(out, r)
+		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("store: list: %w", err)
@@ -414,13 +497,11 @@ func (s *Store) Check(ctx context.Context) error {
 		return err
 	}
 	var errs []error
-	err := s.db.View(func(tx *bolt.Tx) error {
-		return tx.Bucket(recordsBucket).ForEach(func(k, v []byte) error {
-			if _, err := decodeRecord(k, v); err != nil {
-				errs = append(errs, err)
-			}
-			return ctx.Err()
-		})
+	err := s.forEachRecord(ctx, func(k, v []byte) error {
+		if _, err := decodeRecord(k, v); err != nil {
+			errs = append(errs, err)
+		}
+		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("store: check: %w", err)
@@ -456,6 +537,10 @@ func (s *Store) Close() error {
 	close(s.queue)
 	s.mu.Unlock()
 	<-s.done
+	if err := s.walFiles.close(); err != nil {
+		_ = s.db.Close()
+		return fmt.Errorf("store: close %s: %w", s.path, err)
+	}
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("store: close %s: %w", s.path, err)
 	}

@@ -321,14 +321,14 @@ func TestSecondOpenFailsClearly(t *testing.T) {
 	}
 }
 
-func TestFailedTransactionAppliesNothing(t *testing.T) {
+func TestFailedLogWriteAppliesNothing(t *testing.T) {
 	ctx := context.Background()
-	s := openTest(t, filepath.Join(t.TempDir(), "allot.db"), Options{NoSync: true})
+	s, fw := openFaulty(t, filepath.Join(t.TempDir(), "allot.db"), Options{NoSync: true})
 	if err := s.Put(ctx, testRecord("keep", "eth0", 1)); err != nil {
 		t.Fatal(err)
 	}
 	boom := errors.New("injected")
-	s.beforeCommit = func(*bolt.Tx) error { return boom }
+	fw.set(boom, nil)
 	err1 := s.Put(ctx, testRecord("new", "eth0", 2))
 	err2 := s.Delete(ctx, Owner{"keep", "eth0"})
 	for _, err := range []error{err1, err2} {
@@ -336,14 +336,14 @@ func TestFailedTransactionAppliesNothing(t *testing.T) {
 			t.Fatalf("op in failed batch = %v, want wrapped injected error", err)
 		}
 	}
-	s.beforeCommit = nil
+	fw.set(nil, nil)
 	list, err := s.List(ctx)
 	if err != nil || len(list) != 1 || list[0].Owner.ContainerID != "keep" {
 		t.Fatalf("after failed batches List = %+v, %v; want only keep", list, err)
 	}
-	// A rollback is clean, so the store keeps working.
+	// A failed write is clean, so the store keeps working.
 	if err := s.Put(ctx, testRecord("new", "eth0", 2)); err != nil {
-		t.Fatalf("Put after rolled-back batch: %v", err)
+		t.Fatalf("Put after a failed write: %v", err)
 	}
 }
 
@@ -368,32 +368,53 @@ func TestOpenRejectsBadOptions(t *testing.T) {
 	}
 }
 
-func TestFailedCommitStopsWrites(t *testing.T) {
+func TestFailedSyncStopsWrites(t *testing.T) {
 	ctx := context.Background()
-	s := openTest(t, filepath.Join(t.TempDir(), "allot.db"), Options{NoSync: true})
+	s, fw := openFaulty(t, filepath.Join(t.TempDir(), "allot.db"), Options{})
 	eio := errors.New("injected fsync error")
-	// The meta page is written (Commit succeeds) but its fsync "fails": the
-	// outcome on disk is unknown.
+	// The frame is written but its fsync "fails": the outcome on disk is unknown.
+	fw.set(nil, eio)
+	err := s.Put(ctx, testRecord("c", "eth0", 1))
+	if !errors.Is(err, eio) || !errors.Is(err, ErrFailed) || !strings.Contains(err.Error(), "outcome unknown") {
+		t.Fatalf("Put with failing sync = %v, want ErrFailed wrapping the cause", err)
+	}
+	fw.set(nil, nil)
+	// Sticky: memory and disk may disagree, so no further writes.
+	if err := s.Delete(ctx, Owner{"c", "eth0"}); !errors.Is(err, ErrFailed) {
+		t.Fatalf("Delete after failed sync = %v, want ErrFailed", err)
+	}
+	// Reads still work, for diagnostics.
+	if _, err := s.List(ctx); err != nil {
+		t.Fatalf("List after failed sync: %v", err)
+	}
+	if st := s.Stats(); st.Errors != 1 {
+		t.Fatalf("Stats.Errors = %d, want 1", st.Errors)
+	}
+}
+
+// TestFailedCheckpointStopsWrites: a checkpoint whose bbolt commit fails after its meta
+// page was written leaves the file's state unknown, so writes stop as after a failed sync.
+func TestFailedCheckpointStopsWrites(t *testing.T) {
+	ctx := context.Background()
+	s := openTest(t, filepath.Join(t.TempDir(), "allot.db"), Options{NoSync: true, checkpointBytes: 1})
+	eio := errors.New("injected fsync error")
+	failed := make(chan struct{})
 	s.commitTx = func(tx *bolt.Tx) error {
 		if err := tx.Commit(); err != nil {
 			return err
 		}
+		close(failed)
 		return eio
 	}
-	err := s.Put(ctx, testRecord("c", "eth0", 1))
-	if !errors.Is(err, eio) || !errors.Is(err, ErrFailed) || !strings.Contains(err.Error(), "outcome unknown") {
-		t.Fatalf("Put with failing commit = %v, want ErrFailed wrapping the cause", err)
+	if err := s.Put(ctx, testRecord("c", "eth0", 1)); err != nil {
+		t.Fatalf("Put (in the log before its checkpoint fails): %v", err)
 	}
-	s.commitTx = (*bolt.Tx).Commit
-	// Sticky: memory and disk may disagree, so no further writes.
-	if err := s.Delete(ctx, Owner{"c", "eth0"}); !errors.Is(err, ErrFailed) {
-		t.Fatalf("Delete after failed commit = %v, want ErrFailed", err)
+	<-failed
+	testWaitFor(t, func() bool { return s.failure() != nil })
+	if err := s.Put(ctx, testRecord("d", "eth0", 2)); !errors.Is(err, ErrFailed) || !errors.Is(err, eio) {
+		t.Fatalf("Put after a failed checkpoint = %v, want ErrFailed wrapping the cause", err)
 	}
-	// Reads still work, for diagnostics.
-	if _, err := s.List(ctx); err != nil {
-		t.Fatalf("List after failed commit: %v", err)
-	}
-	if st := s.Stats(); st.Errors != 1 {
-		t.Fatalf("Stats.Errors = %d, want 1", st.Errors)
+	if _, ok, err := s.Get(ctx, Owner{"c", "eth0"}); err != nil || !ok {
+		t.Fatalf("Get of the acknowledged record = %v, %v", ok, err)
 	}
 }
