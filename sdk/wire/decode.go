@@ -548,11 +548,37 @@ func decodeSelectorField(d *decoder, typ protowire.Type, field string, sel *poli
 	return sel
 }
 
+func b2i(v bool) int {
+	if v {
+		return 1
+	}
+	return 0
+}
+
 // DecodePodDecision decodes and validates the protobuf encoding of a PodDecision (host
 // side), as proto.Unmarshal followed by PodDecisionFromProto would.
 func DecodePodDecision(b []byte) (policy.PodDecision, error) {
-	d := decoder{b: b, msg: msgPodDecision, index: -1}
+	// Strings are substrings of one copy of the message, and both candidate lists share one
+	// array sized by a first pass: a decision costs three allocations, not one per string
+	// and per growth of a list.
+	d := decoder{b: b, msg: msgPodDecision, index: -1, st: &slab{src: string(b), cap0: cap(b)}}
 	var out policy.PodDecision
+	var n4, n6 int
+	for num, typ, ok := d.next(podDecisionFields); ok; num, typ, ok = d.next(podDecisionFields) {
+		n4 += b2i(num == fDecIPv4 && typ == protowire.BytesType)
+		n6 += b2i(num == fDecIPv6 && typ == protowire.BytesType)
+		d.skip(num, typ)
+	}
+	if n4+n6 > 0 {
+		cs := make([]policy.Candidate, n4+n6)
+		if n4 > 0 {
+			out.IPv4 = cs[:0:n4]
+		}
+		if n6 > 0 {
+			out.IPv6 = cs[n4 : n4 : n4+n6]
+		}
+	}
+	d.b, d.err = b, nil // the second pass names a bad field properly
 	var code, cause uint64
 	for num, typ, ok := d.next(podDecisionFields); ok; num, typ, ok = d.next(podDecisionFields) {
 		switch num {
