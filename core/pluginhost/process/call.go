@@ -25,16 +25,27 @@ func call[I, R any](p *Plugin, ctx context.Context, method string, fn func(I, co
 	if !ok {
 		return zero, fmt.Errorf("plugin %q is a %s plugin, %s called: %w", p.cfg.Name, p.cfg.Kind, method, ErrWrongKind)
 	}
-	cctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
-	defer cancel()
-	r, err := fn(impl, hostTimeout{cctx, ctx})
+	start := time.Now()
+	var r R
+	var timedOut bool
+	if slot := pr.calls.begin(); slot >= 0 {
+		// The supervisor's watchdog enforces the timeout (watchdog.go).
+		r, err = fn(impl, ctx)
+		timedOut = pr.calls.end(slot)
+	} else {
+		cctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
+		r, err = fn(impl, hostTimeout{cctx, ctx})
+		timedOut = cctx.Err() != nil
+		cancel()
+	}
 	if err == nil {
 		return r, nil
 	}
-	return zero, p.callError(pr, ctx, cctx, method, err)
+	return zero, p.callError(pr, ctx, start.Add(p.cfg.Timeout), timedOut, method, err)
 }
 
-// hostTimeout is the call's context with the host's own timeout, which cancels the call,
+// hostTimeout is the context of a call beyond the watchdog's slots: the host's own timeout
+// cancels the call,
 // but reporting only the caller's deadline: gRPC sends a context's deadline to the plugin
 // (a grpc-timeout header to write and parse and a timer in the plugin, per call: a tenth
 // of a bare call's cost), and the plugin needs none for a limit it does not enforce. When
@@ -48,17 +59,21 @@ type hostTimeout struct {
 func (c hostTimeout) Deadline() (time.Time, bool) { return c.caller.Deadline() }
 
 // callError classifies a failed call: the caller's own deadline or cancellation, a hung
-// plugin (our timeout), a lost process, or an error the plugin returned.
-func (p *Plugin) callError(pr *proc, ctx, cctx context.Context, method string, err error) error {
-	ours, _ := cctx.Deadline()
+// plugin (our timeout, due at ours), a lost process, or an error the plugin returned.
+func (p *Plugin) callError(pr *proc, ctx context.Context, ours time.Time, timedOut bool, method string, err error) error {
 	callerDL, callerHas := ctx.Deadline()
 	callerShorter := callerHas && !callerDL.After(ours)
 	switch {
 	case ctx.Err() != nil || (callerShorter && errors.Is(err, context.DeadlineExceeded)):
 		// The caller gave up; the plugin is not to blame.
 		return fmt.Errorf("plugin %q: %s: %w", p.cfg.Name, method, err)
-	case errors.Is(err, context.DeadlineExceeded) || cctx.Err() != nil:
+	case timedOut || errors.Is(err, context.DeadlineExceeded):
+		// The watchdog has killed the process already (the call then failed on the lost
+		// connection); fail is a no-op then.
 		p.fail(pr, fmt.Errorf("%s did not answer within %s", method, p.cfg.Timeout))
+		if !errors.Is(err, context.DeadlineExceeded) {
+			err = fmt.Errorf("%w (%w)", context.DeadlineExceeded, err)
+		}
 		return fmt.Errorf("plugin %q: %s: no answer within %s, killing and restarting the plugin: %w: %w",
 			p.cfg.Name, method, p.cfg.Timeout, ErrTimeout, err)
 	case errors.Is(err, pluginrpc.ErrTransport):

@@ -42,7 +42,8 @@ type Config struct {
 	// allotd's environment plus Env. Use it to keep allotd's secrets from plugins.
 	CleanEnv bool
 	// Timeout bounds each call (on top of the caller's context); a call running past it
-	// gets the plugin killed and restarted. Default 5s.
+	// gets the plugin killed and restarted, within a quarter of Timeout (at most 250 ms)
+	// after it passed. Default 5s.
 	Timeout time.Duration
 	// StartTimeout bounds launching the process and the handshake. Default 10s.
 	StartTimeout time.Duration

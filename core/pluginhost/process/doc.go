@@ -10,8 +10,9 @@
 //     go-plugin's SecureConfig right before exec) and the connection uses AutoMTLS;
 //   - at start the plugin's kind and contract version (Meta service) are checked against the
 //     host's; a mismatch refuses the plugin, naming both versions;
-//   - every call carries the caller's context plus the configured per-call timeout; a call
-//     that times out is treated as a hung plugin: the process is killed and restarted;
+//   - every call carries the caller's context (its deadline reaches the plugin) and is
+//     bounded by the configured per-call timeout, which the supervisor enforces; a call that
+//     times out is treated as a hung plugin: the process is killed and restarted;
 //   - a crashed process (connection lost, process exited, health check failed) is restarted
 //     with exponential backoff; while it is down, calls fail at once with ErrRestarting
 //     ("plugin x is restarting (last error: ...)") instead of hanging;

@@ -50,7 +50,8 @@ const (
 	HealthClosed     = "closed"
 )
 
-// exitPoll is how often the supervisor looks for a plugin process that exited while idle.
+// exitPoll is how often (at most) the supervisor looks for a plugin process that exited
+// while idle (see watchPeriod).
 const exitPoll = 250 * time.Millisecond
 
 // Plugin is one supervised plugin process. It is safe for concurrent use.
@@ -81,6 +82,7 @@ type proc struct {
 	info    pluginrpc.RemoteInfo
 	pid     int
 	started time.Time
+	calls   inflight
 }
 
 // Open validates cfg, starts the plugin, checks its kind and contract version and starts
@@ -235,6 +237,7 @@ func (p *Plugin) handshake(client *plugin.Client) (*proc, error) {
 		return nil, fmt.Errorf("%w: plugin %q: dispensed %T, not a pluginrpc client", ErrRefused, p.cfg.Name, raw)
 	}
 	pr := &proc{client: client, impl: raw, remote: remote, started: started}
+	pr.calls.epoch = started
 	if rc := client.ReattachConfig(); rc != nil {
 		pr.pid = rc.Pid
 	}
@@ -300,7 +303,7 @@ func (p *Plugin) fail(pr *proc, err error) {
 
 func (p *Plugin) supervise() {
 	defer p.wg.Done()
-	exits := time.NewTicker(exitPoll)
+	exits := time.NewTicker(watchPeriod(p.cfg.Timeout))
 	defer exits.Stop()
 	health := time.NewTicker(p.cfg.HealthInterval)
 	defer health.Stop()
@@ -310,9 +313,7 @@ func (p *Plugin) supervise() {
 		case <-p.done:
 			return
 		case <-exits.C:
-			if pr, _ := p.current(); pr != nil && pr.client.Exited() {
-				p.fail(pr, errors.New("plugin process exited"))
-			}
+			p.watch()
 		case <-health.C:
 			if pr, _ := p.current(); pr != nil {
 				ctx, cancel := context.WithTimeout(context.Background(), min(p.cfg.Timeout, 5*time.Second))
@@ -343,6 +344,18 @@ func (p *Plugin) supervise() {
 			backoff = min(2*backoff, p.cfg.MaxBackoff)
 			p.restart()
 		}
+	}
+}
+
+// watch fails the current process if it exited or a call on it is overdue.
+func (p *Plugin) watch() {
+	pr, _ := p.current()
+	switch {
+	case pr == nil:
+	case pr.client.Exited():
+		p.fail(pr, errors.New("plugin process exited"))
+	case pr.calls.overdue(p.cfg.Timeout):
+		p.fail(pr, fmt.Errorf("a call did not answer within %s", p.cfg.Timeout))
 	}
 }
 
