@@ -12,9 +12,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-plugin"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/encoding"
-	"google.golang.org/grpc/mem"
 
+	"github.com/allot-ipam/allot/core/pluginhost/process/testdata/echo"
 	"github.com/allot-ipam/allot/internal/benchutil"
 	"github.com/allot-ipam/allot/sdk/pluginrpc"
 	"github.com/allot-ipam/allot/sdk/wire"
@@ -22,80 +21,9 @@ import (
 
 // The transport floor: BenchmarkProcessEcho sends the bytes of the benchmark's pod request
 // to a go-plugin process over the same transport (gRPC, AutoMTLS, unix socket, GOMAXPROCS=1
-// in the plugin, the host's dial options) and gets a 30-byte answer back, with no decoding
-// and no policy on either side. BenchmarkProcessPolicyDecision minus this is what
-// allot's own code costs per decision.
-
-const echoEnv = "ALLOT_TEST_ECHO_PLUGIN"
-
-// echoCodec moves *[]byte as raw bytes and everything else (go-plugin's own services) as
-// protobuf.
-type echoCodec struct{}
-
-func (echoCodec) Name() string { return "proto" }
-func (echoCodec) Marshal(v any) (mem.BufferSlice, error) {
-	if b, ok := v.(*[]byte); ok {
-		return mem.BufferSlice{mem.SliceBuffer(*b)}, nil
-	}
-	return encoding.GetCodecV2("proto").Marshal(v)
-}
-func (echoCodec) Unmarshal(data mem.BufferSlice, v any) error {
-	if b, ok := v.(*[]byte); ok {
-		*b = (*b)[:0]
-		for _, d := range data {
-			*b = append(*b, d.ReadOnlyData()...)
-		}
-		return nil
-	}
-	return encoding.GetCodecV2("proto").Unmarshal(data, v)
-}
-
-var echoAnswer = []byte("\x08\x01\x1a\x09\x0a\x07pool-00\x2a\x0alabel-ann")
-
-var echoDesc = grpc.ServiceDesc{
-	ServiceName: "allot.test.Echo",
-	HandlerType: (*any)(nil),
-	Methods: []grpc.MethodDesc{{
-		MethodName: "Echo",
-		Handler: func(_ any, _ context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
-			var in []byte
-			if err := dec(&in); err != nil {
-				return nil, err
-			}
-			out := echoAnswer
-			return &out, nil
-		},
-	}},
-}
-
-type echoPlugin struct{ plugin.NetRPCUnsupportedPlugin }
-
-func (echoPlugin) GRPCServer(_ *plugin.GRPCBroker, s *grpc.Server) error {
-	s.RegisterService(&echoDesc, struct{}{})
-	return nil
-}
-
-func (echoPlugin) GRPCClient(_ context.Context, _ *plugin.GRPCBroker, cc *grpc.ClientConn) (any, error) {
-	return cc, nil
-}
-
-// echoServe runs in the re-executed test binary; the server options mirror pluginrpc serve.
-func echoServe() {
-	if path := os.Getenv("TEST_PLUGIN_CPUPROFILE"); path != "" {
-		if f, err := os.Create(path); err == nil {
-			_ = pprof.StartCPUProfile(f)
-			defer pprof.StopCPUProfile()
-		}
-	}
-	pluginrpc.Serve(&plugin.ServeConfig{ // not plugin.Serve: pluginrpc diverts stdout until then
-		HandshakeConfig: pluginrpc.Handshake,
-		Plugins:         plugin.PluginSet{"echo": echoPlugin{}},
-		GRPCServer: func(opts []grpc.ServerOption) *grpc.Server {
-			return grpc.NewServer(append(opts, grpc.ForceServerCodecV2(echoCodec{}), grpc.NumStreamWorkers(1),
-				grpc.InitialWindowSize(1<<20), grpc.InitialConnWindowSize(1<<20))...)
-		},
-	})
-}
+// in the plugin, the host's dial options; the test plugin binary, serving testdata/echo) and
+// gets a 30-byte answer back, with no decoding and no policy on either side.
+// BenchmarkProcessPolicyVsEcho measures a decision against it in the same run.
 
 func BenchmarkProcessEcho(b *testing.B) {
 	cc, pid := startEcho(b)
@@ -113,22 +41,22 @@ func BenchmarkProcessEcho(b *testing.B) {
 }
 
 // echoCall is the codec option of every echo call.
-var echoCall = grpc.ForceCodecV2(echoCodec{})
+var echoCall = grpc.ForceCodecV2(echo.Codec{})
 
-// startEcho starts the echo plugin (this test binary, re-executed) as the host starts a
-// plugin: go-plugin, AutoMTLS, gRPC over a unix socket, the host's dial options.
+// startEcho starts the test plugin binary serving the echo as the host starts a plugin:
+// go-plugin, AutoMTLS, gRPC over a unix socket, the host's dial options, GOMAXPROCS=1.
 func startEcho(b *testing.B) (*grpc.ClientConn, int) {
 	if testing.Short() {
 		b.Skip("slow: runs a plugin process")
 	}
-	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), echoEnv+"=1", "GOMAXPROCS=1")
+	cmd := exec.Command(testBinary(b, "policyplugin"))
+	cmd.Env = append(os.Environ(), echo.EnvVar+"=1", "GOMAXPROCS=1")
 	if v := os.Getenv("BENCH_ECHO_ENV"); v != "" { // e.g. TEST_PLUGIN_CPUPROFILE=/tmp/echo.prof
 		cmd.Env = append(cmd.Env, strings.Split(v, ",")...)
 	}
 	client := plugin.NewClient(&plugin.ClientConfig{
 		HandshakeConfig:  pluginrpc.Handshake,
-		Plugins:          plugin.PluginSet{"echo": echoPlugin{}},
+		Plugins:          plugin.PluginSet{"echo": echo.Plugin{}},
 		Cmd:              cmd,
 		SkipHostEnv:      true,
 		AutoMTLS:         true,
@@ -160,14 +88,14 @@ func benchEcho(b *testing.B, cc *grpc.ClientConn, pid int, req []byte, opt grpc.
 		if deadline {
 			ctx, cancel = context.WithTimeout(ctx, 2*time.Second)
 		}
-		err := cc.Invoke(ctx, "/allot.test.Echo/Echo", &in, &out, opt)
+		err := cc.Invoke(ctx, echo.Method, &in, &out, opt)
 		cancel()
 		if err != nil {
 			b.Fatal(err)
 		}
 		n++
 	}
-	if string(out) != string(echoAnswer) {
+	if string(out) != string(echo.Answer) {
 		b.Fatalf("answer %q", out)
 	}
 	reportSyscalls(b, n, syscalls(0)-hostSys0, syscalls(pid)-pluginSys0)
@@ -199,9 +127,9 @@ func BenchmarkProcessPolicyVsEcho(b *testing.B) {
 		b.Fatal(err)
 	}
 	ctx := context.Background()
-	echo := func() error {
+	echoes := func() error {
 		in, out := raw, []byte(nil)
-		return cc.Invoke(ctx, "/allot.test.Echo/Echo", &in, &out, echoCall)
+		return cc.Invoke(ctx, echo.Method, &in, &out, echoCall)
 	}
 	decide := func() error { _, err := pol.SelectPodPools(ctx, req); return err }
 	var echoM, polM blockMeter
@@ -210,7 +138,7 @@ func BenchmarkProcessPolicyVsEcho(b *testing.B) {
 		// Blocks of a few calls: host CPU time is read per block (getrusage is exact but
 		// not free), and a block is short enough for both to see the same load.
 		var err error
-		pprof.Do(ctx, pprof.Labels("side", "echo"), func(context.Context) { err = echoM.run(echo) })
+		pprof.Do(ctx, pprof.Labels("side", "echo"), func(context.Context) { err = echoM.run(echoes) })
 		if err != nil {
 			b.Fatal(err)
 		}

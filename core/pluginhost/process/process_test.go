@@ -64,10 +64,6 @@ func TestMain(m *testing.M) {
 		helperHost()
 		return
 	}
-	if os.Getenv(echoEnv) == "1" {
-		echoServe()
-		return
-	}
 	code := m.Run()
 	if binDir != "" {
 		os.RemoveAll(binDir)

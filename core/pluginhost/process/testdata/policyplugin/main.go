@@ -1,6 +1,7 @@
 // Command policyplugin is the test plugin of core/pluginhost/process: labelpolicy, plus
 // misbehaviour on demand (pod name "crash", "hang", "panic", "print"; env
-// TEST_PLUGIN_STDOUT_GARBAGE for output before serving).
+// TEST_PLUGIN_STDOUT_GARBAGE for output before serving); with ALLOT_TEST_ECHO_PLUGIN=1 it
+// serves the benchmarks' gRPC echo instead.
 package main
 
 import (
@@ -9,6 +10,7 @@ import (
 	"os"
 	"runtime/pprof"
 
+	"github.com/allot-ipam/allot/core/pluginhost/process/testdata/echo"
 	"github.com/allot-ipam/allot/core/pluginhost/process/testdata/labelpolicy"
 	"github.com/allot-ipam/allot/sdk/pluginrpc"
 	"github.com/allot-ipam/allot/sdk/policy"
@@ -44,6 +46,10 @@ func main() {
 			_ = pprof.StartCPUProfile(f)
 			defer pprof.StopCPUProfile()
 		}
+	}
+	if os.Getenv(echo.EnvVar) == "1" {
+		echo.Serve() // the benchmarks' transport floor, from the same binary
+		return
 	}
 	pluginrpc.ServePoolPolicy(faulty{}, pluginrpc.Info{Name: "test-policy", Version: "1.2.3"})
 }
