@@ -222,7 +222,13 @@
 // 0.5 ms). bbolt's Tx.Check (15-40 ms there) is not a substitute: it runs on
 // bbolt's unchecked reads, after the point where a damaged file has already crashed.
 //
-// Inspect (`allotd store check`) also decodes every record and runs bbolt's Tx.Check.
+// Inspect (`allotd store check`) also decodes every record and runs bbolt's Tx.Check,
+// and applies the frames of the write-ahead log that the file does not hold yet
+// (Report.Logged: a store that stopped without a checkpoint), so Salvage carries them
+// into its new file; on a file whose meta bucket is damaged, where the checkpoint is
+// unknown, it applies every intact frame in order (an old write applied again can only
+// hold an address too long). Compact copies the meta bucket, wal_id and wal_seq with
+// it, so the log stays the compacted file's.
 // Salvage (`allotd store salvage`) writes every readable record into a new file and
 // lists what it lost: single records that do not decode, and pages with the key range
 // their parent gives them. On a damaged file it also searches the whole file's content

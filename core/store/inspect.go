@@ -110,6 +110,16 @@ type Report struct {
 	Recovered []Record
 	// Fresh is set for a sound bbolt file with no buckets (a new store).
 	Fresh bool
+	// Logged counts the frames of the write-ahead log beside the file that the file did
+	// not hold yet (writes acknowledged before the store last stopped without a
+	// checkpoint); Inspect applies them to Records.
+	Logged int
+
+	// The log's id and checkpoint from the meta bucket, when readable.
+	walID          [walIDSize]byte
+	walIDKnown     bool
+	walSeq         uint64
+	walSeqReadable bool
 }
 
 // OK reports whether the file is a sound allot store (or a fresh bbolt file).
@@ -705,14 +715,26 @@ func (w *walker) readSchema(e entry) {
 		return
 	}
 	var schema []byte
-	found := false
+	found, metaSound := false, true
 	w.walkTree(root, inline, nil, nil, func(e entry) {
-		if string(e.key) == string(schemaKey) && e.flags&bucketLeafFlag == 0 {
+		if e.flags&bucketLeafFlag != 0 {
+			return
+		}
+		switch string(e.key) {
+		case string(schemaKey):
 			schema, found = e.value, true
+		case string(walIDKey):
+			w.rep.walIDKnown = copy(w.rep.walID[:], e.value) == walIDSize && len(e.value) == walIDSize
+		case string(walSeqKey):
+			if len(e.value) == 8 {
+				w.rep.walSeq = binary.LittleEndian.Uint64(e.value)
+			}
 		}
 	}, func(page uint64, _, _ []byte, why error) {
+		metaSound = false
 		w.rep.Problems = append(w.rep.Problems, fmt.Sprintf("bucket %q, page %d: %v", metaBucket, page, why))
 	})
+	w.rep.walSeqReadable = metaSound
 	if !found {
 		w.rep.Problems = append(w.rep.Problems, fmt.Sprintf("bucket %q has no %q key", metaBucket, schemaKey))
 		return

@@ -228,7 +228,8 @@ func (o InspectOptions) timeout() time.Duration {
 }
 
 // Inspect reads the store file at path without changing it and reports its damage and
-// every readable record. It takes the file's lock (shared), so it fails with ErrLocked
+// every readable record, with the writes its write-ahead log holds beyond it applied
+// (Report.Logged). It takes the file's lock (shared), so it fails with ErrLocked
 // while a daemon has the store open. A file that is sound to the defensive walk is also
 // given to bbolt's own consistency check (Tx.Check).
 func Inspect(ctx context.Context, path string, opts InspectOptions) (*Report, error) {
@@ -247,6 +248,7 @@ func Inspect(ctx context.Context, path string, opts InspectOptions) (*Report, er
 	if !rep.OK() {
 		scanPages(f, rep.Size, rep)
 	}
+	applyLog(rep)
 	return rep, nil
 }
 

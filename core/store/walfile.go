@@ -190,6 +190,16 @@ func removeStaleWAL(paths []string, logger interface{ Warn(string, ...any) }) er
 // damaged frame that newer frames follow is an error naming the segment and offset; a
 // torn tail (nothing intact after it) is not, since its frame was never acknowledged.
 func readWAL(paths []string, id [walIDSize]byte, checkpoint uint64) ([]walFrame, error) {
+	scans, err := scanWAL(paths, &id)
+	if err != nil {
+		return nil, err
+	}
+	return chainFrames(scans, checkpoint)
+}
+
+// scanWAL scans the segments at paths (missing ones are skipped), which must carry id
+// unless it is nil.
+func scanWAL(paths []string, id *[walIDSize]byte) ([]segmentScan, error) {
 	var scans []segmentScan
 	for _, p := range paths {
 		data, err := os.ReadFile(p)
@@ -203,9 +213,9 @@ func readWAL(paths []string, id [walIDSize]byte, checkpoint uint64) ([]walFrame,
 		if err != nil {
 			return nil, &WALError{Path: p, Reason: err.Error()}
 		}
-		if got != id {
+		if id != nil && got != *id {
 			return nil, &WALError{Path: p, Reason: fmt.Sprintf("belongs to another store file (id %x, the store file's is %x); "+
-				"if that file is gone for good, remove the log's segments", got, id)}
+				"if that file is gone for good, remove the log's segments", got, *id)}
 		}
 		sc, err := scanSegment(p, data)
 		if err != nil {
@@ -213,7 +223,7 @@ func readWAL(paths []string, id [walIDSize]byte, checkpoint uint64) ([]walFrame,
 		}
 		scans = append(scans, sc)
 	}
-	return chainFrames(scans, checkpoint)
+	return scans, nil
 }
 
 // chainFrames returns the frames after checkpoint, which must follow each other from
