@@ -126,7 +126,10 @@ func (w *walWriter) grow(n int64) {
 	if w.off+n <= end {
 		return
 	}
-	zeros := make([]byte, max(walGrowChunk, w.off+n-end))
+	zeros := walZeros
+	if need := w.off + n - end; need > int64(len(zeros)) {
+		zeros = make([]byte, need) // a frame larger than a chunk
+	}
 	if err := w.io.WriteAt(w.cur, zeros, end); err != nil {
 		// Give back what part of the zeros did fit: on a full disk the frame needs it.
 		_ = w.io.Truncate(w.cur, end)
@@ -134,6 +137,9 @@ func (w *walWriter) grow(n int64) {
 	}
 	w.size[w.cur] = end + int64(len(zeros))
 }
+
+// walZeros is the chunk grow writes; never written to.
+var walZeros = make([]byte, walGrowChunk)
 
 // switchSegment starts writing at the head of the other segment, whose frames must all
 // be checkpointed.
