@@ -240,7 +240,9 @@ type PodDecision struct {
 	Source string
 	// Rejected optionally lists pools the policy left out and why (since contract 1.2), so
 	// that allotctl explain can say why a pod did not get an address of a pool. Hosts show it
-	// to people and never act on it; leaving it empty means "no per-pool detail".
+	// to people and never act on it; leaving it empty means "no per-pool detail". Policies
+	// may fill it only when asked (DetailWanted). The process and WebAssembly transports do
+	// not carry it yet: their plugins read as "no per-pool detail".
 	Rejected []Rejection
 }
 
