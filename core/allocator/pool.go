@@ -347,27 +347,38 @@ func (p *Pool) Stats() Stats {
 // cursor (just after the previous AllocateNext result), wrapping around the
 // pool once. Released addresses are therefore reused as late as possible.
 func (p *Pool) AllocateNext() (netip.Addr, error) {
+	si, off, c, err := p.nextFree()
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	s := &p.spans[si]
+	p.take(si, s, off, c)
+	if off == s.last {
+		p.curSpan, p.curOff = (si+1)%len(p.spans), 0
+	} else {
+		p.curSpan, p.curOff = si, off+1
+	}
+	return s.base.Add64(off).Addr(p.is4), nil
+}
+
+// nextFree finds the next free position at or after the next-fit cursor, wrapping around
+// the pool once, and changes nothing (AllocateNext takes it, PeekNext only names it).
+func (p *Pool) nextFree() (si int, off uint64, c *chunk, err error) {
 	if p.used >= p.usable {
-		return netip.Addr{}, fmt.Errorf("allocator: pool %q: %w (%d of %d in use)", p.name, ErrExhausted, p.used, p.usable)
+		return 0, 0, nil, fmt.Errorf("allocator: pool %q: %w (%d of %d in use)", p.name, ErrExhausted, p.used, p.usable)
 	}
 	si, o := p.curSpan, p.curOff
 	for range len(p.spans) + 1 { // +1: the start span again, from offset 0
 		s := &p.spans[si]
 		if s.used < s.usable {
 			if off, c, ok := s.findFree(o); ok {
-				p.take(si, s, off, c)
-				if off == s.last {
-					p.curSpan, p.curOff = (si+1)%len(p.spans), 0
-				} else {
-					p.curSpan, p.curOff = si, off+1
-				}
-				return s.base.Add64(off).Addr(p.is4), nil
+				return si, off, c, nil
 			}
 		}
 		si, o = (si+1)%len(p.spans), 0
 	}
 	// Unreachable while the counters are right; fail loudly rather than loop.
-	return netip.Addr{}, fmt.Errorf("allocator: pool %q: internal error: counters say %d free but none found: %w",
+	return 0, 0, nil, fmt.Errorf("allocator: pool %q: internal error: counters say %d free but none found: %w",
 		p.name, p.usable-p.used, ErrExhausted)
 }
 
@@ -472,20 +483,30 @@ func (p *Pool) retire(si int, ci uint64, c *chunk) {
 
 // Allocate takes a specific address.
 func (p *Pool) Allocate(a netip.Addr) error {
+	si, off, c, err := p.takeable(a)
+	if err != nil {
+		return err
+	}
+	p.take(si, &p.spans[si], off, c)
+	return nil
+}
+
+// takeable finds a's position if a can be taken, or the error Allocate returns; it changes
+// nothing (Allocate takes it, CanAllocate only asks).
+func (p *Pool) takeable(a netip.Addr) (si int, off uint64, c *chunk, err error) {
 	si, off, ok := p.find(a)
 	if !ok {
-		return p.outOfRange("allocate", a)
+		return 0, 0, nil, p.outOfRange("allocate", a)
 	}
 	s := &p.spans[si]
 	if s.isExcluded(off) {
-		return fmt.Errorf("allocator: pool %q: allocate %s: %s: %w", p.name, a, p.excludedReason(s, off, a), ErrExcluded)
+		return 0, 0, nil, fmt.Errorf("allocator: pool %q: allocate %s: %s: %w", p.name, a, p.excludedReason(s, off, a), ErrExcluded)
 	}
-	c := s.chunk(off >> chunkShift)
+	c = s.chunk(off >> chunkShift)
 	if c != nil && c.isSet(off&chunkMask) {
-		return fmt.Errorf("allocator: pool %q: allocate %s: %w", p.name, a, ErrInUse)
+		return 0, 0, nil, fmt.Errorf("allocator: pool %q: allocate %s: %w", p.name, a, ErrInUse)
 	}
-	p.take(si, s, off, c)
-	return nil
+	return si, off, c, nil
 }
 
 // Release returns an address to the pool. Releasing an address that is not

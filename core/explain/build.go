@@ -100,7 +100,7 @@ func (t *Trace) poolVerdicts() []api.PoolVerdict {
 		pv := api.PoolVerdict{Pool: v.Name, Family: string(v.Family), Free: v.Free, Total: v.Total}
 		switch {
 		case t.allocatorVerdict(&pv):
-		case decided && isCandidate(dec.Decision, v.Name, v.Family):
+		case decided && dec.Decision.Names(v.Name, v.Family):
 			pv.Verdict, pv.By = api.VerdictCandidate, dec.Name
 		case t.rejection(&pv):
 		default:
@@ -146,14 +146,6 @@ func (t *Trace) rejection(pv *api.PoolVerdict) bool {
 		}
 	}
 	return false
-}
-
-func isCandidate(d policy.PodDecision, pool string, fam policy.Family) bool {
-	cs := d.IPv4
-	if fam == policy.IPv6 {
-		cs = d.IPv6
-	}
-	return slices.ContainsFunc(cs, func(c policy.Candidate) bool { return c.Pool == pool })
 }
 
 var ranks = map[string]int{api.VerdictTaken: 0, api.VerdictCandidate: 1, api.VerdictExhausted: 2,

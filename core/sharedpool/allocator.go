@@ -248,20 +248,10 @@ func (a *Allocator) Allocate(ctx context.Context, req *api.AllocateRequest) (*ap
 }
 
 func (a *Allocator) allocate(ctx context.Context, req *api.AllocateRequest) (*api.Allocation, error) {
-	requested, err := req.Validate()
+	w, requested, err := a.wantOf(req)
 	if err != nil {
 		return nil, err
 	}
-	if err := validatePod(req.Pod); err != nil {
-		return nil, err
-	}
-	if !a.idx.Synced() {
-		return nil, api.Errorf(api.CodeUnavailable, "shared pools: the agent has not read the pools and claims from the API server yet")
-	}
-	w := &want{req: req, holder: v1alpha1.AddressHolder{
-		Namespace: req.Pod.Namespace, Pod: req.Pod.Name, PodUID: req.Pod.UID, Node: a.opts.Node,
-		ContainerID: req.Owner.ContainerID, Interface: req.Owner.IfName, Network: req.Network,
-	}}
 	done, err := a.acquire(ctx, w.podKey())
 	if err != nil {
 		return nil, err
@@ -293,6 +283,25 @@ func (a *Allocator) allocate(ctx context.Context, req *api.AllocateRequest) (*ap
 	}
 	a.log.Debug("shared allocation", "pod", w.podKey(), "interface", req.Owner.IfName, "addresses", ipsOf(alloc))
 	return alloc, nil
+}
+
+// wantOf checks an ADD (owner, network, requested addresses, pod) and that the pools are
+// known, and returns what it asks for.
+func (a *Allocator) wantOf(req *api.AllocateRequest) (*want, []netip.Addr, error) {
+	requested, err := req.Validate()
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := validatePod(req.Pod); err != nil {
+		return nil, nil, err
+	}
+	if !a.idx.Synced() {
+		return nil, nil, api.Errorf(api.CodeUnavailable, "shared pools: the agent has not read the pools and claims from the API server yet")
+	}
+	return &want{req: req, holder: v1alpha1.AddressHolder{
+		Namespace: req.Pod.Namespace, Pod: req.Pod.Name, PodUID: req.Pod.UID, Node: a.opts.Node,
+		ContainerID: req.Owner.ContainerID, Interface: req.Owner.IfName, Network: req.Network,
+	}}, requested, nil
 }
 
 // podRequest is what the pool policy sees of w's pod, completed by the PodContext hook;

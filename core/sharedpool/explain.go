@@ -45,18 +45,10 @@ var _ explain.DryRunner = (*Allocator)(nil)
 // pod holds or would take back (a repeated ADD, a StatefulSet pod coming back): it answers
 // what a new pod would get.
 func (a *Allocator) AllocateDryRun(ctx context.Context, req *api.AllocateRequest) (*api.Allocation, error) {
-	requested, err := req.Validate()
+	w, requested, err := a.wantOf(req)
 	if err != nil {
 		return nil, err
 	}
-	if err := validatePod(req.Pod); err != nil {
-		return nil, err
-	}
-	if !a.idx.Synced() {
-		return nil, api.Errorf(api.CodeUnavailable, "shared pools: the agent has not read the pools and claims from the API server yet")
-	}
-	w := &want{req: req, holder: v1alpha1.AddressHolder{Namespace: req.Pod.Namespace, Pod: req.Pod.Name, PodUID: req.Pod.UID,
-		Node: a.opts.Node, ContainerID: req.Owner.ContainerID, Interface: req.Owner.IfName, Network: req.Network}}
 	views, blocked := a.idx.views()
 	traceStart(ctx, views)
 	preq, err := a.podRequest(ctx, w, views)

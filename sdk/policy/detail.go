@@ -18,3 +18,17 @@ func DetailWanted(ctx context.Context) bool {
 	v, _ := ctx.Value(detailKey{}).(bool)
 	return v
 }
+
+// Names reports whether the decision names pool as a candidate of family fam.
+func (d *PodDecision) Names(pool string, fam Family) bool {
+	cs := d.IPv4
+	if fam == IPv6 {
+		cs = d.IPv6
+	}
+	for _, c := range cs {
+		if c.Pool == pool {
+			return true
+		}
+	}
+	return false
+}

@@ -3,7 +3,6 @@ package ciliumannotations
 import (
 	"fmt"
 	"maps"
-	"slices"
 
 	"github.com/allot-ipam/allot/sdk/policy"
 )
@@ -19,12 +18,12 @@ func rejected(req *policy.PodRequest, d policy.PodDecision) []policy.Rejection {
 	var out []policy.Rejection
 	for i := range req.Pools {
 		v := &req.Pools[i]
+		if d.Names(v.Name, v.Family) {
+			continue
+		}
 		cands := d.IPv4
 		if v.Family == policy.IPv6 {
 			cands = d.IPv6
-		}
-		if slices.ContainsFunc(cands, func(c policy.Candidate) bool { return c.Pool == v.Name }) {
-			continue
 		}
 		r := policy.Rejection{Pool: v.Name, Family: v.Family, Cause: policy.CauseNoMatch}
 		switch {

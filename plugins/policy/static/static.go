@@ -96,11 +96,7 @@ func rejected(req *policy.PodRequest, d policy.PodDecision) []policy.Rejection {
 	var out []policy.Rejection
 	for i := range req.Pools {
 		pv := &req.Pools[i]
-		cands := d.IPv4
-		if pv.Family == policy.IPv6 {
-			cands = d.IPv6
-		}
-		if !slices.ContainsFunc(cands, func(c policy.Candidate) bool { return c.Pool == pv.Name }) {
+		if !d.Names(pv.Name, pv.Family) {
 			out = append(out, policy.Rejection{Pool: pv.Name, Family: pv.Family, Cause: policy.CauseNoMatch, Reason: why})
 		}
 	}
