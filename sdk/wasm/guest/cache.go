@@ -9,10 +9,11 @@ import (
 
 // reqCache remembers the decoded form of the parts of a pod request that rarely change from
 // one call to the next: each pool view, the node (an agent always asks for its own node),
-// the namespace, and the pod's label and annotation maps (pods of one workload carry the
-// same ones). Decoding twenty pool views is most of a call's work in a wasm guest, and
-// comparing their encoded bytes with the last ones is a fraction of it, so a repeat costs a
-// memcmp per part instead of a decode.
+// the namespace, the CNI part (the same network and interface for most pods of a node), and
+// the pod's label and annotation maps (pods of one workload carry the same ones). Decoding
+// twenty pool views is most of a call's work in a wasm guest, and comparing their encoded
+// bytes with the last ones is a fraction of it, so a repeat costs a memcmp per part instead
+// of a decode.
 //
 // Pools are cached one by one, by position: allocating an address changes one pool's free
 // count, and only that pool's record differs from the previous request. The host writes
@@ -39,6 +40,8 @@ type reqCache struct {
 	nodeVal        policy.Node
 	ns             []byte
 	nsVal          policy.Namespace
+	cni            []byte
+	cniVal         policy.CNIRequest
 	podLabels      mapCache
 	podAnnotations mapCache
 }
@@ -88,13 +91,21 @@ func (c *reqCache) poolRefs(r *reader, b []byte, pools *[]policy.PoolView) {
 	*pools = append(*pools, c.views[i:i+int(n)]...)
 	refs := (*pools)[i:]
 	for j := range refs {
+		// Varints of up to three bytes (free counts below 2^21) inline: a function call per
+		// pool was a good part of resolving a run.
 		var f uint64
-		if len(b) > 0 && b[0] < 0x80 { // one-byte varint, inline: the common case
+		switch {
+		case len(b) > 0 && b[0] < 0x80:
 			f, b = uint64(b[0]), b[1:]
-		} else if f, k = protowire.ConsumeVarint(b); k < 0 {
-			r.fail(idx(fieldPools, i+j), "pool reference: bad free count")
-			return
-		} else {
+		case len(b) > 1 && b[1] < 0x80:
+			f, b = uint64(b[0]&0x7f)|uint64(b[1])<<7, b[2:]
+		case len(b) > 2 && b[2] < 0x80:
+			f, b = uint64(b[0]&0x7f)|uint64(b[1]&0x7f)<<7|uint64(b[2])<<14, b[3:]
+		default:
+			if f, k = protowire.ConsumeVarint(b); k < 0 {
+				r.fail(idx(fieldPools, i+j), "pool reference: bad free count")
+				return
+			}
 			b = b[k:]
 		}
 		if f != 0 && c.pools[i+j].splitFree { // else the cached record set free itself, after its prefix

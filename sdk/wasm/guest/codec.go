@@ -237,7 +237,7 @@ func idx(field string, i int) string { return fmt.Sprintf("%s[%d]", field, i) }
 func decodePodRequest(b []byte) (*policy.PodRequest, error) {
 	r := reader{a: &reqArena, b: reqArena.copyRequest(b), msg: msgPodRequest, index: -1}
 	out := podCache.newRequest()
-	var nodeBytes, nsBytes []byte
+	var nodeBytes, nsBytes, cniBytes []byte
 	for num, typ, ok := r.next(); ok; num, typ, ok = r.next() {
 		switch num {
 		case podReqPod:
@@ -262,6 +262,10 @@ func decodePodRequest(b []byte) (*policy.PodRequest, error) {
 			r.adopt(&s)
 		case podReqCNI:
 			s := r.sub(typ, "cni")
+			if cniBytes = s.b; podCache.cni != nil && equalBytes(s.b, podCache.cni) {
+				out.CNI = podCache.cniVal
+				continue
+			}
 			decodeCNI(&s, &out.CNI)
 			r.adopt(&s)
 		case podReqPools:
@@ -289,6 +293,9 @@ func decodePodRequest(b []byte) (*policy.PodRequest, error) {
 	}
 	if nsBytes != nil {
 		podCache.ns, podCache.nsVal = nsBytes, out.Namespace
+	}
+	if cniBytes != nil {
+		podCache.cni, podCache.cniVal = cniBytes, out.CNI
 	}
 	return out, nil
 }

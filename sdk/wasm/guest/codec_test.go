@@ -394,6 +394,10 @@ func TestDecodePodRequestCacheAgrees(t *testing.T) {
 		{"pod labels change", func(r *policy.PodRequest) { r.Pod.Labels = map[string]string{"app": "db"} }},
 		{"pod labels go", func(r *policy.PodRequest) { r.Pod.Labels, r.Pod.Annotations = nil, nil }},
 		{"pod labels back", func(r *policy.PodRequest) { r.Pod.Labels = map[string]string{"app": "db"} }},
+		{"CNI interface changes", func(r *policy.PodRequest) { r.CNI.IfName = "net1" }},
+		{"CNI pools change", func(r *policy.PodRequest) { r.CNI.Pools = []string{"a", "b"} }},
+		{"CNI gone", func(r *policy.PodRequest) { r.CNI = policy.CNIRequest{} }},
+		{"CNI back", func(r *policy.PodRequest) { r.CNI = richPodRequest().CNI }},
 		{"pool removed", func(r *policy.PodRequest) { r.Pools = r.Pools[1:] }},
 		{"pools reordered", func(r *policy.PodRequest) { slices.Reverse(r.Pools) }},
 		{"pool added", func(r *policy.PodRequest) {

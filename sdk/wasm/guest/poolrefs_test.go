@@ -79,15 +79,18 @@ func TestPoolRefs(t *testing.T) {
 		t.Fatal(err)
 	}
 	changed := richPodRequest()
-	changed.Pools[0].Free = 12345
-	for _, refs := range []map[int]bool{{0: true, 1: true, 2: true}, {0: true}, {1: true, 2: true}, {}} {
-		want := full(changed)
-		got, err := decodePodRequest(withRefs(t, changed, refs))
-		if err != nil {
-			t.Fatalf("refs %v: %v", refs, err)
-		}
-		if !reflect.DeepEqual(got, want) {
-			t.Fatalf("refs %v: got %+v\nwant %+v", refs, got, want)
+	// Free counts whose references take 1, 2, 3 and 6 bytes (the decoder inlines up to 3).
+	for _, free := range []uint64{5, 12345, 1_000_000, 1 << 40} {
+		changed.Pools[0].Free = free
+		for _, refs := range []map[int]bool{{0: true, 1: true, 2: true}, {0: true}, {1: true, 2: true}, {}} {
+			want := full(changed)
+			got, err := decodePodRequest(withRefs(t, changed, refs))
+			if err != nil {
+				t.Fatalf("free %d, refs %v: %v", free, refs, err)
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("free %d, refs %v: got %+v\nwant %+v", free, refs, got, want)
+			}
 		}
 	}
 
