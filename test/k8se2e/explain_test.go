@@ -8,8 +8,10 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/allot-ipam/allot/core/api"
+	"github.com/allot-ipam/allot/core/cniplugin"
 	allotv1 "github.com/allot-ipam/allot/core/k8s/apis/allot/v1alpha1"
 )
 
@@ -87,5 +89,65 @@ func TestExplainSharedPools(t *testing.T) {
 	}
 	if after := len(se.claims()); after != before {
 		t.Fatalf("the dry run claimed: %d AddressClaims before, %d after", before, after)
+	}
+}
+
+// allotctl explain in multi-pool mode (node pools, the default chain cilium-annotations):
+// the block an address came from, the pool whose selectors do not match, a failed pod, and a
+// dry run that names the selected pool's next address without taking it.
+func TestExplainMultiPool(t *testing.T) {
+	se := newSharedEnv(t, map[string]map[string]string{"node-1": nil})
+	se.startOperator(time.Second)
+	pool := func(name, v4 string, sel allotv1.PoolSelection) *allotv1.IPPool {
+		p := ipPool(name, nil, nil)
+		p.Spec.IPv4 = &allotv1.PoolFamily{CIDRs: []string{v4}, MaskSize: 26}
+		p.Spec.PoolSelection = sel
+		return p
+	}
+	se.create(pool("default", "10.90.0.0/16", allotv1.PoolSelection{}),
+		pool("db", "10.91.0.0/16", allotv1.PoolSelection{PodAffinity: labels("app", "db"), NamespaceAffinity: labels("team", "a")}))
+	n := se.startAgent("node-1")
+	se.namespace("team-a", map[string]string{"team": "a"}, nil)
+
+	web := se.pod("team-a", "web", "node-1", map[string]string{"app": "web"}, nil)
+	out := se.add(cniCall{node: n, pod: web, network: netPods})
+	e := explainPod(t, n, "team-a", "web")
+	if e.Service != "node pools" || len(e.Policies) == 0 || e.Policies[0].Policy != "cilium-annotations" || e.Policies[0].Code != "Decided" {
+		t.Fatalf("team-a/web: service %q, policies %+v", e.Service, e.Policies)
+	}
+	if len(e.Addresses) != 1 || e.Addresses[0].Pool != "default" || !strings.HasPrefix(e.Addresses[0].Block, "10.90.") ||
+		!strings.HasSuffix(e.Addresses[0].Block, "/26") || e.Addresses[0].Address != out.addrs()[0] {
+		t.Fatalf("team-a/web: addresses %+v, CNI result %v", e.Addresses, out.addrs())
+	}
+	if v := verdictOf(e, "db"); v.Verdict != api.VerdictRejected || !strings.Contains(v.Reason, "podAffinity {app=db} does not match pod team-a/web") {
+		t.Errorf("team-a/web: db %+v", v)
+	}
+
+	strict := se.pod("team-a", "strict", "node-1", nil, map[string]string{annoRequire: "true"})
+	se.addFails(cniCall{node: n, pod: strict, network: netPods}, cniplugin.ErrNoPool)
+	if e := explainPod(t, n, "team-a", "strict"); e.Error == nil || e.Error.Code != api.CodeNoPool ||
+		e.Policies[0].Code != "NoFit" || !strings.Contains(e.Policies[0].Reason, "requires a match") {
+		t.Fatalf("team-a/strict: %+v", e)
+	}
+
+	before, err := n.cli.Allocations(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := n.cli.Explain(context.Background(), &api.ExplainRequest{DryRun: &api.DryRun{
+		Request: api.AllocateRequest{Network: netPods, Pod: api.PodRef{Namespace: "team-a", Name: "db-0"}},
+		Labels:  map[string]string{"app": "db"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := r.Explanations[0]
+	// The db pool has no block on the node yet: the ADD would wait for one, the dry run says
+	// the pool is exhausted on this node and names it.
+	if !d.DryRun || len(d.Policies) == 0 || d.Policies[0].Code != "Decided" || len(d.Policies[0].IPv4) != 1 || d.Policies[0].IPv4[0] != "db" {
+		t.Fatalf("dry run of team-a/db-0: %+v", d)
+	}
+	after, err := n.cli.Allocations(context.Background())
+	if err != nil || len(after) != len(before) {
+		t.Fatalf("the dry run took something: %d allocations before, %d after (%v)", len(before), len(after), err)
 	}
 }
