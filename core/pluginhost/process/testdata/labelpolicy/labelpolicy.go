@@ -40,8 +40,10 @@ func (Policy) SelectPodPools(_ context.Context, req *policy.PodRequest) (policy.
 		}
 		return policy.PodDecision{Code: policy.NoFit, Reason: fmt.Sprintf("pod label %s names pool %q, which does not exist", Label, name)}, nil
 	}
-	// Default pools by index, most free addresses first; name breaks ties.
-	var v4, v6 []int
+	// Default pools by index, most free addresses first; name breaks ties. The indexes live
+	// on the stack for up to 32 pools of each family.
+	var buf4, buf6 [32]int
+	v4, v6 := buf4[:0], buf6[:0]
 	for i, p := range req.Pools {
 		if !p.Default || p.Disabled || p.Terminating {
 			continue
