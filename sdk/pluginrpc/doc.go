@@ -20,6 +20,9 @@
 //   - errors keep their identity across the process boundary where it matters: the cloud
 //     sentinels (cloud.ErrThrottled, ...), context.DeadlineExceeded / context.Canceled, and
 //     ErrTransport for a broken connection (crashed or killed plugin);
+//   - a pool policy sees every pool view of the request in full, though the host sends the
+//     views the plugin already holds as references (poolrefs.go): the plugin shares those
+//     views' slices and maps between requests, which is why pool views are read-only;
 //   - writes to the plugin's stdout cannot break the go-plugin handshake: before Serve they
 //     are diverted to stderr (which the host logs), after Serve go-plugin forwards them to the
 //     host's logger.
