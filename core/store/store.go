@@ -111,7 +111,9 @@ type Record struct {
 // Options configure Open. The zero value is the production setting.
 type Options struct {
 	// NoSync skips fsync. Tests and benchmarks only: an acknowledged write
-	// can be lost on power failure (not on a process crash).
+	// can be lost on power failure (not on a process crash), and the log may
+	// then hold a frame that reached the disk after one that did not, which
+	// Open refuses as damage.
 	NoSync bool
 	// MaxBatch caps the number of operations in one transaction; 0 means
 	// DefaultMaxBatch.
