@@ -151,3 +151,28 @@ func TestDetailAskedLazily(t *testing.T) {
 		t.Fatalf("pool b: %+v", v)
 	}
 }
+
+// A successful ADD among many pools keeps only the pools' names and counts; a failed one
+// keeps the request for the per-pool reasons.
+func TestCompactManyPools(t *testing.T) {
+	names := make([]string, maxDetailPools+1)
+	for i := range names {
+		names[i] = fmt.Sprintf("p%03d", i)
+	}
+	req := &policy.PodRequest{Pools: views(names...)}
+	req.Pools[1].Excluded = []string{"10.0.0.1"}
+	tr := &Trace{}
+	tr.Pools(req.Pools)
+	tr.Policy(Step{Name: "p", Policy: &detailPolicy{}, Request: req, Decision: policy.PodDecision{Code: policy.Decided}})
+	tr.compact()
+	if tr.steps[0].Request != nil || tr.steps[0].Policy != nil || tr.pools[1].Excluded != nil || tr.pools[1].Free != 10 {
+		t.Fatalf("not compacted: %+v", tr.pools[1])
+	}
+	small := &Trace{}
+	small.Pools(views("a"))
+	small.Policy(Step{Name: "p", Policy: &detailPolicy{}, Request: req})
+	small.compact()
+	if small.steps[0].Request == nil {
+		t.Fatal("a trace with few pools lost its request")
+	}
+}

@@ -37,6 +37,9 @@ func (s *Service) Allocate(ctx context.Context, req *api.AllocateRequest) (*api.
 	if err == nil && t.empty() {
 		return a, err
 	}
+	if err == nil {
+		t.compact()
+	}
 	s.rec.put(&record{k: keyOf(req.Owner, req.Pod), trace: t, err: err,
 		meta: Meta{Owner: req.Owner, Network: req.Network, Pod: req.Pod, Time: s.now()}})
 	return a, err
