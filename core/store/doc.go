@@ -127,8 +127,9 @@
 // (above), and its NoSync mode with a log in front would leave the file's meta
 // page pointing at pages that never reached the disk after a power cut; here
 // bbolt only ever sees fully synced commits. etcd's WAL and Pebble's are tied to
-// their stores. The log is small (about 500 lines with replay) because it only
-// has to carry whole-value puts and deletes, replayed in order.
+// their stores. The log stays small (about 1,000 lines with replay, the overlay
+// and checkpoints) because it only carries whole-value puts and deletes, replayed
+// in order.
 //
 // # Group commit
 //
