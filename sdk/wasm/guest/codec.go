@@ -15,8 +15,8 @@ import (
 // microsecond, and generated decoders allocate every message, string, map and list before
 // a second conversion into Go types allocates again. Measured (README.md,
 // BenchmarkGuestCodec in core/pluginhost/wasm), a guest on generated code without
-// descriptors (protoc-gen-go-lite) is as small but takes ~10x the CPU per decision of this
-// codec on the same requests, ~18x with pool references. protowire is the low-level,
+// descriptors (protoc-gen-go-lite) is as small but takes ~7x the CPU per decision of this
+// codec on the same requests, ~17x with pool references. protowire is the low-level,
 // reflection-free half of the protobuf library. The bytes are the schema's bytes: codec_test.go checks this codec against the
 // generated messages and sdk/wire in both directions, field by field, so the .proto file
 // stays the single source of truth. Unknown fields are skipped, as protobuf requires, so a
