@@ -38,6 +38,7 @@ type result struct {
 	opHeap        uint64           // live heap of the operator (its caches and state) at the end
 	agentHeap     uint64           // live heap per agent
 	agentRoutines float64
+	cpu           string // CPU seconds by process once every node held its blocks
 }
 
 // run starts the API server, the operator and p.nodes agents, waits until every node holds
@@ -52,8 +53,12 @@ func run(tb testing.TB, p params) *result {
 
 	f := &fleet{cfg: agCnt.Wrap(env.Config), dir: tb.TempDir()}
 	defer f.stopAll()
+	stopProgress := make(chan struct{})
+	go progress(f, opCnt, agCnt, env.Dir, stopProgress)
 	f.startAll(p.nodes)
 	r.converge = waitBlocks(tb, f, p)
+	close(stopProgress)
+	r.cpu = cpuSeconds(env.Dir)
 	r.p50, r.p99 = percentiles(f.times())
 	r.agentStart = agCnt.Snapshot()
 
@@ -112,14 +117,21 @@ func startOperator(tb testing.TB, cfg *rest.Config) (stop func()) {
 	}
 }
 
-// settle waits until neither the operator nor the agents made a request for 5 s, but the
-// operator's Lease renewals (every RetryPeriod, whatever the cluster's size): the writes of
-// the start are over (pool status batches, the agents' status patches).
+// settle waits until neither the operator nor the agents made a request for 5 s, watches and
+// the operator's Lease renewals (every RetryPeriod, whatever the cluster's size) aside: the
+// writes of the start are over (pool status batches, the agents' status patches). Watches
+// are left out because an API server short of CPU closes some, and their informers open them
+// again (counted in the steady window, not polling).
 func settle(tb testing.TB, op, ag *k8senv.Counter) {
 	snap := func() map[string]int64 {
-		m := ag.Snapshot()
+		m := map[string]int64{}
+		for k, v := range ag.Snapshot() {
+			if !strings.HasPrefix(k, "WATCH ") {
+				m[k] = v
+			}
+		}
 		for k, v := range op.Snapshot() {
-			if !strings.HasSuffix(k, " leases") {
+			if !strings.HasSuffix(k, " leases") && !strings.HasPrefix(k, "WATCH ") {
 				m["operator "+k] = v
 			}
 		}
@@ -237,6 +249,7 @@ func (r *result) print(w io.Writer) {
 	fmt.Fprintf(w, "  %-46s %.1f MiB\n", "operator live heap", float64(r.opHeap)/(1<<20))
 	fmt.Fprintf(w, "  %-46s %.1f KiB, %.1f goroutines\n", "agent live heap, per node", float64(r.agentHeap)/(1<<10), r.agentRoutines)
 	fmt.Fprintf(w, "  %-46s %.0f MiB\n", "kube-apiserver resident memory", float64(r.apiRSS)/(1<<20))
+	fmt.Fprintf(w, "  %-46s %s\n", "CPU seconds until every node held its blocks", r.cpu)
 }
 
 func perNode(m map[string]int64, n float64) string {
@@ -262,4 +275,68 @@ func sortedKeys(m map[string]int64) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// progress prints, every 10 s until stop is closed, how many nodes hold their blocks and the
+// requests that lead there: the agents' creates against the operator's writes show which
+// side lags.
+func progress(f *fleet, op, ag *k8senv.Counter, dir string, stop <-chan struct{}) {
+	t := time.NewTicker(10 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		a, o := ag.Snapshot(), op.Snapshot()
+		fmt.Fprintf(os.Stderr, "scale: %v: %d nodes hold blocks; agents created %d AllotNodes, opened %d watches; operator wrote %d specs, %d statuses; CPU s: %s\n",
+			time.Since(f.start).Round(time.Second), f.ready.Load(), a["POST allotnodes"], watchesOf(a),
+			o["PUT allotnodes"], o["PUT allotnodes/status"], cpuSeconds(dir))
+	}
+}
+
+func watchesOf(m map[string]int64) int64 {
+	var n int64
+	for k, v := range m {
+		if strings.HasPrefix(k, "WATCH ") {
+			n += v
+		}
+	}
+	return n
+}
+
+// cpuSeconds is the CPU time (user and system) of this process, kube-apiserver and etcd (the
+// processes whose command line names dir, the environment's directory).
+func cpuSeconds(dir string) string {
+	out := fmt.Sprintf("test %.0f", procCPU("self"))
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		cmd, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err != nil || !strings.Contains(string(cmd), dir) {
+			continue
+		}
+		name := strings.SplitN(string(cmd), "\x00", 2)[0]
+		out += fmt.Sprintf(", %s %.0f", name[strings.LastIndex(name, "/")+1:], procCPU(e.Name()))
+	}
+	return out
+}
+
+// procCPU is the user plus system CPU seconds of /proc/pid (USER_HZ 100).
+func procCPU(pid string) float64 {
+	b, err := os.ReadFile("/proc/" + pid + "/stat")
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndex(s, ")")+2:])
+	if len(f) < 13 {
+		return 0
+	}
+	u, _ := strconv.ParseFloat(f[11], 64)
+	k, _ := strconv.ParseFloat(f[12], 64)
+	return (u + k) / 100
 }
