@@ -587,8 +587,9 @@ func (x *PoolView) GetMultusName() []string {
 }
 
 // Field number 1000 is taken by the WASM transport's pool references (sdk/ABI.md, "Pool
-// references"), sent only to guests that announce them; never give it to a field. (It is
-// not declared `reserved` so the generated descriptor stays as committed.)
+// references"), sent only to guests that announce them, and 1001 to 1003 by the go-plugin
+// transport's (sdk/pluginrpc/poolrefs.go); never give them to a field. (They are not
+// declared `reserved` so the generated descriptor stays as committed.)
 type PodRequest struct {
 	unknownFields []byte
 	Pod           *Pod        `protobuf:"bytes,1,opt,name=pod,proto3" json:"pod,omitempty"`
@@ -657,6 +658,8 @@ func (x *Candidate) GetPool() string {
 	return ""
 }
 
+// Field number 1000 is taken by the go-plugin transport's confirmation of pool references
+// (sdk/pluginrpc/poolrefs.go); never give it to a field.
 type PodDecision struct {
 	unknownFields []byte
 	Code          DecisionCode  `protobuf:"varint,1,opt,name=code,proto3" json:"code,omitempty"`
