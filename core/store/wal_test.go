@@ -448,7 +448,7 @@ func powerCutRound(s *Store, round int, acks *ackLog, d time.Duration, cut func(
 			}
 		})
 	}
-	time.Sleep(d)
+	time.Sleep(d) // sleep: the writers run for real time before the power is cut
 	cut()
 	wg.Wait()
 }
