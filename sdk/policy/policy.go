@@ -241,8 +241,9 @@ type PodDecision struct {
 	// Rejected optionally lists pools the policy left out and why (since contract 1.2), so
 	// that allotctl explain can say why a pod did not get an address of a pool. Hosts show it
 	// to people and never act on it; leaving it empty means "no per-pool detail". Policies
-	// may fill it only when asked (DetailWanted). The process and WebAssembly transports do
-	// not carry it yet: their plugins read as "no per-pool detail".
+	// may fill it only when asked (DetailWanted), which a host asks only of in-process
+	// policies (a context does not cross a transport). Process plugins carry it (field
+	// rejected of the wire's PodDecision); the WebAssembly guest SDK does not send it yet.
 	Rejected []Rejection
 }
 

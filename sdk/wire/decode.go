@@ -143,7 +143,7 @@ var (
 	reqFields        = fields{known: bits(1, 2, 3)}
 	poolViewFields   = fields{known: bits(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19),
 		varints: bits(2, 5, 6, 7, 8, 9, 12, 13)}
-	podDecisionFields = fields{known: bits(1, 2, 3, 4, 5, 6), varints: bits(1, 6)}
+	podDecisionFields = fields{known: bits(1, 2, 3, 4, 5, 6, 7), varints: bits(1, 6)}
 	candidateFields   = fields{known: bits(1)}
 )
 
@@ -594,6 +594,8 @@ func DecodePodDecision(b []byte) (policy.PodDecision, error) {
 			out.IPv6 = decodeCandidate(&d, typ, "ipv6", out.IPv6)
 		case fDecSource:
 			out.Source = d.str(typ, "source")
+		case fDecRejected:
+			out.Rejected = decodeRejection(&d, typ, out.Rejected)
 		default:
 			d.skip(num, typ)
 		}
@@ -671,6 +673,7 @@ func AppendPodDecision(dst []byte, d policy.PodDecision) []byte {
 	e.b = appendStr(e.b, fDecSource, d.Source)
 	// An enum is an int32 varint: a negative one is sign-extended, as proto.Marshal writes it.
 	e.uint(fDecCause, uint64(int64(CauseToProto(d.Cause))))
+	e.rejections(d.Rejected)
 	return e.b
 }
 

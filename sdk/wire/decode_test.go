@@ -156,6 +156,8 @@ func FuzzDecodePodDecision(f *testing.F) {
 	f.Add(wire.AppendPodDecision(nil, policy.PodDecision{Code: policy.NoFit, Cause: policy.CauseAmbiguous, Reason: "r"}))
 	f.Add([]byte{0x08, 0x07})
 	f.Add([]byte{0x1a, 0x00, 0x08, 0x01})
+	f.Add(wire.AppendPodDecision(nil, policy.PodDecision{Code: policy.Skip, Rejected: []policy.Rejection{
+		{Pool: "b", Family: policy.IPv6, Cause: policy.CauseFull, Reason: "full"}, {Pool: "c"}}}))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		got, err := wire.DecodePodDecision(b)
 		var m pb.PodDecision

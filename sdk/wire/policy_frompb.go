@@ -198,6 +198,9 @@ func PodDecisionFromProto(m *pb.PodDecision) (policy.PodDecision, error) {
 	if out.IPv6, err = candidatesFromProto("ipv6", m.Ipv6); err != nil {
 		return policy.PodDecision{}, err
 	}
+	if out.Rejected, err = rejectionsFromProto(m.Rejected); err != nil {
+		return policy.PodDecision{}, err
+	}
 	return out, nil
 }
 

@@ -138,6 +138,8 @@ func PodDecisionToProto(d policy.PodDecision) *pb.PodDecision {
 		Ipv4:   candidatesToProto(d.IPv4),
 		Ipv6:   candidatesToProto(d.IPv6),
 		Source: d.Source,
+		// Rejected: contract 1.2, optional.
+		Rejected: rejectionsToProto(d.Rejected),
 	}
 }
 

@@ -969,13 +969,15 @@ func (x *Candidate) GetPool() string {
 // Field number 1000 is taken by the go-plugin transport's confirmation of pool references
 // (sdk/pluginrpc/poolrefs.go); never give it to a field.
 type PodDecision struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Code          DecisionCode           `protobuf:"varint,1,opt,name=code,proto3,enum=allot.plugin.v1.DecisionCode" json:"code,omitempty"`
-	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
-	Ipv4          []*Candidate           `protobuf:"bytes,3,rep,name=ipv4,proto3" json:"ipv4,omitempty"`
-	Ipv6          []*Candidate           `protobuf:"bytes,4,rep,name=ipv6,proto3" json:"ipv6,omitempty"`
-	Source        string                 `protobuf:"bytes,5,opt,name=source,proto3" json:"source,omitempty"`
-	Cause         DecisionCause          `protobuf:"varint,6,opt,name=cause,proto3,enum=allot.plugin.v1.DecisionCause" json:"cause,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Code   DecisionCode           `protobuf:"varint,1,opt,name=code,proto3,enum=allot.plugin.v1.DecisionCode" json:"code,omitempty"`
+	Reason string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	Ipv4   []*Candidate           `protobuf:"bytes,3,rep,name=ipv4,proto3" json:"ipv4,omitempty"`
+	Ipv6   []*Candidate           `protobuf:"bytes,4,rep,name=ipv6,proto3" json:"ipv6,omitempty"`
+	Source string                 `protobuf:"bytes,5,opt,name=source,proto3" json:"source,omitempty"`
+	Cause  DecisionCause          `protobuf:"varint,6,opt,name=cause,proto3,enum=allot.plugin.v1.DecisionCause" json:"cause,omitempty"`
+	// Pools the policy left out and why (contract 1.2; optional: none means no per-pool detail).
+	Rejected      []*Rejection `protobuf:"bytes,7,rep,name=rejected,proto3" json:"rejected,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1052,6 +1054,83 @@ func (x *PodDecision) GetCause() DecisionCause {
 	return DecisionCause_DECISION_CAUSE_UNSPECIFIED
 }
 
+func (x *PodDecision) GetRejected() []*Rejection {
+	if x != nil {
+		return x.Rejected
+	}
+	return nil
+}
+
+// Rejection is one pool a policy left out of a PodDecision (allotctl explain).
+type Rejection struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Pool  string                 `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
+	// FAMILY_UNSPECIFIED: both families of the pool.
+	Family        Family        `protobuf:"varint,2,opt,name=family,proto3,enum=allot.plugin.v1.Family" json:"family,omitempty"`
+	Cause         DecisionCause `protobuf:"varint,3,opt,name=cause,proto3,enum=allot.plugin.v1.DecisionCause" json:"cause,omitempty"`
+	Reason        string        `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Rejection) Reset() {
+	*x = Rejection{}
+	mi := &file_allot_plugin_v1_policy_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Rejection) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Rejection) ProtoMessage() {}
+
+func (x *Rejection) ProtoReflect() protoreflect.Message {
+	mi := &file_allot_plugin_v1_policy_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Rejection.ProtoReflect.Descriptor instead.
+func (*Rejection) Descriptor() ([]byte, []int) {
+	return file_allot_plugin_v1_policy_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *Rejection) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+func (x *Rejection) GetFamily() Family {
+	if x != nil {
+		return x.Family
+	}
+	return Family_FAMILY_UNSPECIFIED
+}
+
+func (x *Rejection) GetCause() DecisionCause {
+	if x != nil {
+		return x.Cause
+	}
+	return DecisionCause_DECISION_CAUSE_UNSPECIFIED
+}
+
+func (x *Rejection) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 type CIDRSpec struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	Cidr            string                 `protobuf:"bytes,1,opt,name=cidr,proto3" json:"cidr,omitempty"`
@@ -1062,7 +1141,7 @@ type CIDRSpec struct {
 
 func (x *CIDRSpec) Reset() {
 	*x = CIDRSpec{}
-	mi := &file_allot_plugin_v1_policy_proto_msgTypes[11]
+	mi := &file_allot_plugin_v1_policy_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1074,7 +1153,7 @@ func (x *CIDRSpec) String() string {
 func (*CIDRSpec) ProtoMessage() {}
 
 func (x *CIDRSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_allot_plugin_v1_policy_proto_msgTypes[11]
+	mi := &file_allot_plugin_v1_policy_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1087,7 +1166,7 @@ func (x *CIDRSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CIDRSpec.ProtoReflect.Descriptor instead.
 func (*CIDRSpec) Descriptor() ([]byte, []int) {
-	return file_allot_plugin_v1_policy_proto_rawDescGZIP(), []int{11}
+	return file_allot_plugin_v1_policy_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *CIDRSpec) GetCidr() string {
@@ -1118,7 +1197,7 @@ type CIDRConfigView struct {
 
 func (x *CIDRConfigView) Reset() {
 	*x = CIDRConfigView{}
-	mi := &file_allot_plugin_v1_policy_proto_msgTypes[12]
+	mi := &file_allot_plugin_v1_policy_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1130,7 +1209,7 @@ func (x *CIDRConfigView) String() string {
 func (*CIDRConfigView) ProtoMessage() {}
 
 func (x *CIDRConfigView) ProtoReflect() protoreflect.Message {
-	mi := &file_allot_plugin_v1_policy_proto_msgTypes[12]
+	mi := &file_allot_plugin_v1_policy_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1143,7 +1222,7 @@ func (x *CIDRConfigView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CIDRConfigView.ProtoReflect.Descriptor instead.
 func (*CIDRConfigView) Descriptor() ([]byte, []int) {
-	return file_allot_plugin_v1_policy_proto_rawDescGZIP(), []int{12}
+	return file_allot_plugin_v1_policy_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CIDRConfigView) GetName() string {
@@ -1191,7 +1270,7 @@ type NodeRequest struct {
 
 func (x *NodeRequest) Reset() {
 	*x = NodeRequest{}
-	mi := &file_allot_plugin_v1_policy_proto_msgTypes[13]
+	mi := &file_allot_plugin_v1_policy_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1203,7 +1282,7 @@ func (x *NodeRequest) String() string {
 func (*NodeRequest) ProtoMessage() {}
 
 func (x *NodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_allot_plugin_v1_policy_proto_msgTypes[13]
+	mi := &file_allot_plugin_v1_policy_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1216,7 +1295,7 @@ func (x *NodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeRequest.ProtoReflect.Descriptor instead.
 func (*NodeRequest) Descriptor() ([]byte, []int) {
-	return file_allot_plugin_v1_policy_proto_rawDescGZIP(), []int{13}
+	return file_allot_plugin_v1_policy_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *NodeRequest) GetNode() *Node {
@@ -1245,7 +1324,7 @@ type NodeDecision struct {
 
 func (x *NodeDecision) Reset() {
 	*x = NodeDecision{}
-	mi := &file_allot_plugin_v1_policy_proto_msgTypes[14]
+	mi := &file_allot_plugin_v1_policy_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1257,7 +1336,7 @@ func (x *NodeDecision) String() string {
 func (*NodeDecision) ProtoMessage() {}
 
 func (x *NodeDecision) ProtoReflect() protoreflect.Message {
-	mi := &file_allot_plugin_v1_policy_proto_msgTypes[14]
+	mi := &file_allot_plugin_v1_policy_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1270,7 +1349,7 @@ func (x *NodeDecision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeDecision.ProtoReflect.Descriptor instead.
 func (*NodeDecision) Descriptor() ([]byte, []int) {
-	return file_allot_plugin_v1_policy_proto_rawDescGZIP(), []int{14}
+	return file_allot_plugin_v1_policy_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *NodeDecision) GetCode() DecisionCode {
@@ -1373,14 +1452,20 @@ const file_allot_plugin_v1_policy_proto_rawDesc = "" +
 	"\x03cni\x18\x04 \x01(\v2\x1b.allot.plugin.v1.CNIRequestR\x03cni\x12/\n" +
 	"\x05pools\x18\x05 \x03(\v2\x19.allot.plugin.v1.PoolViewR\x05pools\"\x1f\n" +
 	"\tCandidate\x12\x12\n" +
-	"\x04pool\x18\x01 \x01(\tR\x04pool\"\x86\x02\n" +
+	"\x04pool\x18\x01 \x01(\tR\x04pool\"\xbe\x02\n" +
 	"\vPodDecision\x121\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x1d.allot.plugin.v1.DecisionCodeR\x04code\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12.\n" +
 	"\x04ipv4\x18\x03 \x03(\v2\x1a.allot.plugin.v1.CandidateR\x04ipv4\x12.\n" +
 	"\x04ipv6\x18\x04 \x03(\v2\x1a.allot.plugin.v1.CandidateR\x04ipv6\x12\x16\n" +
 	"\x06source\x18\x05 \x01(\tR\x06source\x124\n" +
-	"\x05cause\x18\x06 \x01(\x0e2\x1e.allot.plugin.v1.DecisionCauseR\x05cause\"K\n" +
+	"\x05cause\x18\x06 \x01(\x0e2\x1e.allot.plugin.v1.DecisionCauseR\x05cause\x126\n" +
+	"\brejected\x18\a \x03(\v2\x1a.allot.plugin.v1.RejectionR\brejected\"\x9e\x01\n" +
+	"\tRejection\x12\x12\n" +
+	"\x04pool\x18\x01 \x01(\tR\x04pool\x12/\n" +
+	"\x06family\x18\x02 \x01(\x0e2\x17.allot.plugin.v1.FamilyR\x06family\x124\n" +
+	"\x05cause\x18\x03 \x01(\x0e2\x1e.allot.plugin.v1.DecisionCauseR\x05cause\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\"K\n" +
 	"\bCIDRSpec\x12\x12\n" +
 	"\x04cidr\x18\x01 \x01(\tR\x04cidr\x12+\n" +
 	"\x12per_node_mask_size\x18\x02 \x01(\x05R\x0fperNodeMaskSize\"\xe8\x01\n" +
@@ -1429,7 +1514,7 @@ func file_allot_plugin_v1_policy_proto_rawDescGZIP() []byte {
 }
 
 var file_allot_plugin_v1_policy_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_allot_plugin_v1_policy_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_allot_plugin_v1_policy_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_allot_plugin_v1_policy_proto_goTypes = []any{
 	(Family)(0),            // 0: allot.plugin.v1.Family
 	(DecisionCode)(0),      // 1: allot.plugin.v1.DecisionCode
@@ -1445,10 +1530,11 @@ var file_allot_plugin_v1_policy_proto_goTypes = []any{
 	(*PodRequest)(nil),     // 11: allot.plugin.v1.PodRequest
 	(*Candidate)(nil),      // 12: allot.plugin.v1.Candidate
 	(*PodDecision)(nil),    // 13: allot.plugin.v1.PodDecision
-	(*CIDRSpec)(nil),       // 14: allot.plugin.v1.CIDRSpec
-	(*CIDRConfigView)(nil), // 15: allot.plugin.v1.CIDRConfigView
-	(*NodeRequest)(nil),    // 16: allot.plugin.v1.NodeRequest
-	(*NodeDecision)(nil),   // 17: allot.plugin.v1.NodeDecision
+	(*Rejection)(nil),      // 14: allot.plugin.v1.Rejection
+	(*CIDRSpec)(nil),       // 15: allot.plugin.v1.CIDRSpec
+	(*CIDRConfigView)(nil), // 16: allot.plugin.v1.CIDRConfigView
+	(*NodeRequest)(nil),    // 17: allot.plugin.v1.NodeRequest
+	(*NodeDecision)(nil),   // 18: allot.plugin.v1.NodeDecision
 }
 var file_allot_plugin_v1_policy_proto_depIdxs = []int32{
 	3,  // 0: allot.plugin.v1.Pod.labels:type_name -> allot.plugin.v1.StringPair
@@ -1471,18 +1557,21 @@ var file_allot_plugin_v1_policy_proto_depIdxs = []int32{
 	12, // 17: allot.plugin.v1.PodDecision.ipv4:type_name -> allot.plugin.v1.Candidate
 	12, // 18: allot.plugin.v1.PodDecision.ipv6:type_name -> allot.plugin.v1.Candidate
 	2,  // 19: allot.plugin.v1.PodDecision.cause:type_name -> allot.plugin.v1.DecisionCause
-	9,  // 20: allot.plugin.v1.CIDRConfigView.node_selector:type_name -> allot.plugin.v1.LabelSelector
-	14, // 21: allot.plugin.v1.CIDRConfigView.ipv4:type_name -> allot.plugin.v1.CIDRSpec
-	14, // 22: allot.plugin.v1.CIDRConfigView.ipv6:type_name -> allot.plugin.v1.CIDRSpec
-	6,  // 23: allot.plugin.v1.NodeRequest.node:type_name -> allot.plugin.v1.Node
-	15, // 24: allot.plugin.v1.NodeRequest.configs:type_name -> allot.plugin.v1.CIDRConfigView
-	1,  // 25: allot.plugin.v1.NodeDecision.code:type_name -> allot.plugin.v1.DecisionCode
-	2,  // 26: allot.plugin.v1.NodeDecision.cause:type_name -> allot.plugin.v1.DecisionCause
-	27, // [27:27] is the sub-list for method output_type
-	27, // [27:27] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	14, // 20: allot.plugin.v1.PodDecision.rejected:type_name -> allot.plugin.v1.Rejection
+	0,  // 21: allot.plugin.v1.Rejection.family:type_name -> allot.plugin.v1.Family
+	2,  // 22: allot.plugin.v1.Rejection.cause:type_name -> allot.plugin.v1.DecisionCause
+	9,  // 23: allot.plugin.v1.CIDRConfigView.node_selector:type_name -> allot.plugin.v1.LabelSelector
+	15, // 24: allot.plugin.v1.CIDRConfigView.ipv4:type_name -> allot.plugin.v1.CIDRSpec
+	15, // 25: allot.plugin.v1.CIDRConfigView.ipv6:type_name -> allot.plugin.v1.CIDRSpec
+	6,  // 26: allot.plugin.v1.NodeRequest.node:type_name -> allot.plugin.v1.Node
+	16, // 27: allot.plugin.v1.NodeRequest.configs:type_name -> allot.plugin.v1.CIDRConfigView
+	1,  // 28: allot.plugin.v1.NodeDecision.code:type_name -> allot.plugin.v1.DecisionCode
+	2,  // 29: allot.plugin.v1.NodeDecision.cause:type_name -> allot.plugin.v1.DecisionCause
+	30, // [30:30] is the sub-list for method output_type
+	30, // [30:30] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_allot_plugin_v1_policy_proto_init() }
@@ -1496,7 +1585,7 @@ func file_allot_plugin_v1_policy_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_allot_plugin_v1_policy_proto_rawDesc), len(file_allot_plugin_v1_policy_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   15,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
