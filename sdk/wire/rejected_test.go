@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	pb "github.com/allot-ipam/allot/sdk/proto/pluginv1"
 	"github.com/allot-ipam/allot/sdk/policy"
+	pb "github.com/allot-ipam/allot/sdk/proto/pluginv1"
 	"github.com/allot-ipam/allot/sdk/wire"
 	"google.golang.org/protobuf/proto"
 )
