@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -44,6 +45,7 @@ type result struct {
 // run starts the API server, the operator and p.nodes agents, waits until every node holds
 // its blocks, counts the requests of a steady window, then stops the agents to weigh them.
 func run(tb testing.TB, p params) *result {
+	raiseFileLimit(tb, uint64(p.nodes)*3+4096)
 	env := startEnv(tb)
 	r := &result{p: p}
 	heap0, _ := liveHeap()
@@ -309,7 +311,8 @@ func watchesOf(m map[string]int64) int64 {
 // cpuSeconds is the CPU time (user and system) of this process, kube-apiserver and etcd (the
 // processes whose command line names dir, the environment's directory).
 func cpuSeconds(dir string) string {
-	out := fmt.Sprintf("test %.0f", procCPU("self"))
+	fds, _ := os.ReadDir("/proc/self/fd")
+	out := fmt.Sprintf("test %.0f (%d open files)", procCPU("self"), len(fds))
 	ents, _ := os.ReadDir("/proc")
 	for _, e := range ents {
 		if _, err := strconv.Atoi(e.Name()); err != nil {
@@ -339,4 +342,21 @@ func procCPU(pid string) float64 {
 	u, _ := strconv.ParseFloat(f[11], 64)
 	k, _ := strconv.ParseFloat(f[12], 64)
 	return (u + k) / 100
+}
+
+// raiseFileLimit makes room for n open files: each node's store holds three open (its
+// database and two write-ahead logs), and thousands of nodes pass the usual limits (raising
+// the hard limit needs CAP_SYS_RESOURCE).
+func raiseFileLimit(tb testing.TB, n uint64) {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		tb.Fatalf("open-file limit: %v", err)
+	}
+	if lim.Cur >= n {
+		return
+	}
+	want := syscall.Rlimit{Cur: n, Max: max(lim.Max, n)}
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &want); err != nil {
+		tb.Fatalf("the run needs %d open files (limit %d, hard %d): %v; raise ulimit -n", n, lim.Cur, lim.Max, err)
+	}
 }
