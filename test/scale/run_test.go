@@ -53,7 +53,7 @@ func run(tb testing.TB, p params) *result {
 	stopOp := startOperator(tb, opCnt.Wrap(operatorConfig(env.Config)))
 	defer stopOp()
 
-	f := &fleet{cfg: agCnt.Wrap(env.Config), dir: tb.TempDir()}
+	f := &fleet{cfg: agCnt.Wrap(sharedTransport(tb, env.Config)), dir: tb.TempDir()}
 	defer f.stopAll()
 	stopProgress := make(chan struct{})
 	go progress(f, opCnt, agCnt, env.Dir, stopProgress)
@@ -79,6 +79,26 @@ func run(tb testing.TB, p params) *result {
 	r.agentRoutines = float64(g1-g2) / float64(p.nodes)
 	r.opHeap = heap2 - min(heap2, heap0)
 	return r
+}
+
+// sharedTransport is cfg with one transport, of at most 64 connections, for every client built
+// from it. client-go already shares one transport between clients of equal settings, but
+// thousands of agents starting together make it dial a connection per waiting request
+// before the first HTTP/2 connection is up, past the open-file limit of the test process
+// (whose node stores hold three files each). The API server still serves every agent's
+// watches as their own streams.
+func sharedTransport(tb testing.TB, cfg *rest.Config) *rest.Config {
+	tlsCfg, err := rest.TLSConfigFor(cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	out := rest.CopyConfig(cfg)
+	out.TLSClientConfig = rest.TLSClientConfig{}
+	out.Transport = &http.Transport{
+		TLSClientConfig: tlsCfg, ForceAttemptHTTP2: true, MaxConnsPerHost: 64,
+		TLSHandshakeTimeout: 10 * time.Second, IdleConnTimeout: 90 * time.Second,
+	}
+	return out
 }
 
 // operatorConfig is the operator's client config as allotd's operator mode builds it from a
