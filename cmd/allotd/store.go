@@ -116,8 +116,8 @@ reclaim of pods that are gone), which is safe, where losing one is not.`,
 			}
 			out := cmd.OutOrStdout()
 			printReport(out, rep)
-			fmt.Fprintf(out, "salvaged %d records into %s (%d read through the tree, %d recovered from other pages); %d losses listed above\n",
-				len(rep.Records)+len(rep.Recovered), outPath, len(rep.Records), len(rep.Recovered), len(rep.Lost))
+			fmt.Fprintf(out, "salvaged %d records into %s (%d read through the tree and the write-ahead log, whose %d frames were applied; %d recovered from other pages); %d losses listed above\n",
+				len(rep.Records)+len(rep.Recovered), outPath, len(rep.Records), rep.Logged, len(rep.Recovered), len(rep.Lost))
 			fmt.Fprintf(out, "to use it, with allotd stopped:\n  mv %[1]s %[1]s.damaged && mv %[2]s %[1]s\n", path, outPath)
 			return nil
 		})
