@@ -258,15 +258,14 @@ func eniIPv6Prefixes(node *v1alpha1.AllotNode) []netip.Prefix {
 	return out
 }
 
-// eniFamilies are the families the pool serves; IPv4 when it has nothing yet, so ADDs wait
-// for addresses instead of failing.
+// eniFamilies are the families the pool serves. IPv4 always: an ENI node's pods have an
+// IPv4 address, and an ADD that comes before the node's first one waits for it instead of
+// leaving with an IPv6 address alone (the /80 can arrive before the first /28); IPv6 beside
+// it once the node has a /80 or IPv6 addresses.
 func eniFamilies(addrs map[netip.Addr]string, prefixes []netip.Prefix) []policy.Family {
-	fams := families4and6(addrs)
-	if len(prefixes) > 0 && !slices.Contains(fams, policy.IPv6) {
+	fams := []policy.Family{policy.IPv4}
+	if len(prefixes) > 0 || slices.Contains(families4and6(addrs), policy.IPv6) {
 		fams = append(fams, policy.IPv6)
-	}
-	if len(fams) == 0 {
-		fams = []policy.Family{policy.IPv4}
 	}
 	return fams
 }

@@ -26,7 +26,7 @@ func TestENIIPv6PrefixesAndFamilies(t *testing.T) {
 		{nil, nil, []policy.Family{policy.IPv4}},
 		{v4, nil, []policy.Family{policy.IPv4}},
 		{v4, got, []policy.Family{policy.IPv4, policy.IPv6}},
-		{nil, got, []policy.Family{policy.IPv6}},
+		{nil, got, []policy.Family{policy.IPv4, policy.IPv6}}, // the /80 before the first /28: ADDs wait for IPv4
 	}
 	for i, tt := range tests {
 		if f := eniFamilies(tt.addrs, tt.prefixes); !reflect.DeepEqual(f, tt.want) {
