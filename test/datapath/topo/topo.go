@@ -240,6 +240,10 @@ func sysctl(ns netns.NsHandle, path, value string) error {
 	return In(ns, func() error { return os.WriteFile("/proc/sys/"+path, []byte(value), 0o644) })
 }
 
+// FixedPorts are the source ports tests bind explicitly in the pods; the
+// kernel never hands them out as ephemeral ports there.
+const FixedPorts = "40000-47999"
+
 func (t *Topology) wire() error {
 	for _, ns := range []netns.NsHandle{t.Pods[0], t.Pods[1], t.Node, t.Ext, t.Peer} {
 		if err := loUp(ns); err != nil {
@@ -257,6 +261,13 @@ func (t *Topology) wire() error {
 			return err
 		}
 		if err := route(t.Pods[i], netip.MustParsePrefix("::/0"), podGW6[i]); err != nil {
+			return err
+		}
+		// Tests dial from fixed source ports (FixedPorts) to check that two pods' equal
+		// ports get distinct node ports; an ephemeral dial in the same pod must never
+		// hold one of them (bind would fail with EADDRINUSE). The setting is per
+		// namespace and covers IPv6 too.
+		if err := sysctl(t.Pods[i], "net/ipv4/ip_local_reserved_ports", FixedPorts); err != nil {
 			return err
 		}
 	}
