@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/allot-ipam/allot/core/api"
 	"github.com/allot-ipam/allot/core/api/framing"
@@ -26,10 +27,19 @@ var ErrDaemonUnreachable = errors.New("allotd is not reachable")
 // The unit tests run it against the real core/api/server.
 type socketClient struct {
 	socket string
+	// timeout, when positive, bounds the exchange besides ctx: connecting, and each send
+	// and read (SO_SNDTIMEO, SO_RCVTIMEO). It ends as context.DeadlineExceeded.
+	timeout time.Duration
 }
 
-// NewDaemon returns the Daemon for a socket path; Plugin uses it unless Dial is set.
+// NewDaemon returns the Daemon for a socket path, bounded by each call's ctx.
 func NewDaemon(socket string) Daemon { return &socketClient{socket: socket} }
+
+// newTimedDaemon is NewDaemon with a timeout the socket enforces: Plugin's default, so a
+// call needs no ctx deadline.
+func newTimedDaemon(socket string, timeout time.Duration) Daemon {
+	return &socketClient{socket: socket, timeout: timeout}
+}
 
 func (c *socketClient) Allocate(ctx context.Context, req *api.AllocateRequest) (*api.Allocation, error) {
 	var out api.Allocation
@@ -126,10 +136,13 @@ func exchangeFramed(conn io.ReadWriter, op framing.Op, appendReq func([]byte) []
 // session dials the daemon and runs one exchange on the connection, bounded by ctx (dial
 // makes ctx's end interrupt a blocked read or write).
 func (c *socketClient) session(ctx context.Context, op framing.Op, exchange func(io.ReadWriter) error) error {
-	conn, err := dial(ctx, c.socket)
+	conn, err := dial(ctx, c.socket, c.timeout)
 	if err != nil {
 		if ctx.Err() != nil {
 			return fmt.Errorf("allotd %s: %w", op, ctx.Err())
+		}
+		if errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("allotd %s: connect: %w", op, err)
 		}
 		return fmt.Errorf("%w at %s: %v", ErrDaemonUnreachable, c.socket, err)
 	}

@@ -165,3 +165,15 @@ func TestSocketClientUnreachable(t *testing.T) {
 		t.Fatalf("err %v", err)
 	}
 }
+
+func TestSocketClientTimeout(t *testing.T) {
+	// The timeout the socket enforces (Plugin's default client) ends a wait for an answer
+	// that never comes as DeadlineExceeded, with no ctx deadline.
+	sock := serveFramed(t, func(t *testing.T, conn net.Conn, _ uint32, _ frame.Op, _ []byte) {
+		_, _ = conn.Read(make([]byte, 1)) // until the client gives up
+	})
+	_, err := newTimedDaemon(sock, 50*time.Millisecond).Allocate(context.Background(), &api.AllocateRequest{})
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("err %v, want DeadlineExceeded", err)
+	}
+}

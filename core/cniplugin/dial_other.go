@@ -11,7 +11,8 @@ import (
 )
 
 // dial connects through the net package where dial_linux.go's plain socket is not written.
-func dial(ctx context.Context, socket string) (io.ReadWriteCloser, error) {
+// A positive timeout becomes the connection's deadline.
+func dial(ctx context.Context, socket string, timeout time.Duration) (io.ReadWriteCloser, error) {
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "unix", socket)
 	if err != nil {
@@ -23,6 +24,11 @@ func dial(ctx context.Context, socket string) (io.ReadWriteCloser, error) {
 	}
 	if dl, ok := ctx.Deadline(); ok {
 		_ = conn.SetDeadline(dl)
+	}
+	if timeout > 0 {
+		if dl, ok := ctx.Deadline(); !ok || time.Now().Add(timeout).Before(dl) {
+			_ = conn.SetDeadline(time.Now().Add(timeout))
+		}
 	}
 	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
 	return stoppingConn{conn, stop}, nil

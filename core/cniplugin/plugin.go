@@ -70,14 +70,14 @@ func (p *Plugin) begin(args *skel.CmdArgs) (*call, error) {
 	if err != nil {
 		return nil, err
 	}
-	var d Daemon
-	if p.Dial != nil {
-		d = p.Dial(conf.Socket)
-	} else {
-		d = NewDaemon(conf.Socket)
+	if p.Dial == nil {
+		// The socket itself enforces ipam.timeout (newTimedDaemon): a ctx deadline would
+		// arm a runtime timer, which starts the network poller and a thread to wait on it,
+		// in a process that makes one exchange and exits.
+		return &call{conf: conf, daemon: newTimedDaemon(conf.Socket, conf.Timeout), ctx: context.Background(), cancel: func() {}}, nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), conf.Timeout)
-	return &call{conf: conf, daemon: d, ctx: ctx, cancel: cancel}, nil
+	return &call{conf: conf, daemon: p.Dial(conf.Socket), ctx: ctx, cancel: cancel}, nil
 }
 
 // Add allocates addresses for (CNI_CONTAINERID, CNI_IFNAME) and prints the result.
