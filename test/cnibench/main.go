@@ -16,6 +16,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -146,12 +149,13 @@ func runAllot(o *options, dir string) (*phaseResult, error) {
 		return nil, err
 	}
 	defer d.stop()
-	cpu0 := d.cpu()
+	cpu0, commits0 := d.cpu(), d.commits()
 	r, err := benchPlugin(*o, "allot-cni", o.allotCNI, d.netconf())
 	if err != nil {
 		return nil, err
 	}
 	r.daemonCPU = d.cpu() - cpu0
+	r.commits = d.commits().minus(commits0)
 	return r, d.expectAllocations(0)
 }
 
@@ -230,6 +234,8 @@ type phaseResult struct {
 	delCPU   time.Duration
 	// daemonCPU is allotd's user+system time over both phases (allot-cni only).
 	daemonCPU time.Duration
+	// commits are allotd's store group commits over both phases (allot-cni only).
+	commits commitStats
 }
 
 func benchPlugin(o options, name, bin string, conf []byte) (*phaseResult, error) {
@@ -349,6 +355,12 @@ func printTable(o options, dir string, rounds [][]*phaseResult, startups []*phas
 		}
 		w.Flush()
 	}
+	for _, rs := range rounds {
+		if c := merge(rs).commits; c.commits > 0 {
+			fmt.Printf("\nallotd's store: %.0f writes in %.0f group commits (%.1f writes per commit, one fdatasync each), %s per commit on average\n",
+				c.ops, c.commits, c.ops/c.commits, round(time.Duration(c.seconds/c.commits*float64(time.Second))))
+		}
+	}
 	printRatios(rounds)
 }
 
@@ -360,6 +372,7 @@ func merge(rs []*phaseResult) *phaseResult {
 		totals, delTotals = append(totals, r.total), append(delTotals, r.delTotal)
 		m.lat, m.delLat = append(m.lat, r.lat...), append(m.delLat, r.delLat...)
 		m.cpu, m.delCPU, m.daemonCPU = m.cpu+r.cpu, m.delCPU+r.delCPU, m.daemonCPU+r.daemonCPU
+		m.commits = m.commits.plus(r.commits)
 	}
 	m.total, m.delTotal = median(totals), median(delTotals)
 	slices.Sort(m.lat)
@@ -501,25 +514,31 @@ func buildIfEmpty(path *string, dir, pkg string) error {
 type daemon struct {
 	dir    string
 	socket string
-	cmd    *exec.Cmd
-	done   chan error
-	client *client.Client
-	log    *os.File
+	// metrics is allotd's HTTP address, for its store's group-commit counters.
+	metrics string
+	cmd     *exec.Cmd
+	done    chan error
+	client  *client.Client
+	log     *os.File
 }
 
 func startDaemon(bin, dir string, noSync bool) (*daemon, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	d := &daemon{dir: dir, socket: filepath.Join(dir, "allotd.sock")}
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	d := &daemon{dir: dir, socket: filepath.Join(dir, "allotd.sock"), metrics: fmt.Sprintf("127.0.0.1:%d", port)}
 	cfg := fmt.Sprintf(`socket: %s
 store: {path: %s, noSync: %t}
-http: {address: "127.0.0.1:0"}
+http: {address: %q}
 log: {level: warn, format: text}
 pools:
   - {name: bench-v4, cidrs: ["10.128.0.0/16"], gateway: 10.128.0.1, routes: [{dst: 0.0.0.0/0}], default: true}
   - {name: bench-v6, cidrs: ["fd00:128::/64"], gateway: "fd00:128::1", routes: [{dst: "::/0"}], default: true}
-`, d.socket, filepath.Join(dir, "allot.db"), noSync)
+`, d.socket, filepath.Join(dir, "allot.db"), noSync, d.metrics)
 	cfgPath := filepath.Join(dir, "allotd.yaml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		return nil, err
@@ -617,4 +636,59 @@ func (d *daemon) stop() {
 	}
 	d.client.Close()
 	d.log.Close()
+}
+
+// commitStats are allotd's store counters (core/daemon/storemetrics.go).
+type commitStats struct{ commits, ops, seconds float64 }
+
+func (a commitStats) minus(b commitStats) commitStats {
+	return commitStats{a.commits - b.commits, a.ops - b.ops, a.seconds - b.seconds}
+}
+
+func (a commitStats) plus(b commitStats) commitStats {
+	return commitStats{a.commits + b.commits, a.ops + b.ops, a.seconds + b.seconds}
+}
+
+// commits scrapes the store's counters from allotd's metrics (zero if unreadable: the
+// table then leaves the line out).
+func (d *daemon) commits() commitStats {
+	resp, err := http.Get("http://" + d.metrics + "/metrics")
+	if err != nil {
+		return commitStats{}
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return commitStats{}
+	}
+	var c commitStats
+	for _, line := range strings.Split(string(b), "\n") {
+		name, value, ok := strings.Cut(line, " ")
+		if !ok {
+			continue
+		}
+		v, err := strconv.ParseFloat(value, 64)
+		if err != nil {
+			continue
+		}
+		switch name {
+		case "allot_store_commits_total":
+			c.commits = v
+		case "allot_store_operations_total":
+			c.ops = v
+		case "allot_store_commit_seconds_total":
+			c.seconds = v
+		}
+	}
+	return c
+}
+
+// freePort is a loopback TCP port free a moment ago, for allotd's metrics.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
 }
