@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"os"
 	"slices"
 	"strings"
@@ -15,7 +14,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	allotv1 "github.com/allot-ipam/allot/core/k8s/apis/allot/v1alpha1"
@@ -24,70 +22,6 @@ import (
 	nodelabels "github.com/allot-ipam/allot/plugins/policy/nodelabels"
 	"github.com/allot-ipam/allot/test/k8senv"
 )
-
-// counter counts the operator's API requests by verb and resource.
-type counter struct {
-	mu    sync.Mutex
-	total atomic.Int64
-	by    map[string]int64
-}
-
-type countingRT struct {
-	c  *counter
-	rt http.RoundTripper
-}
-
-func (t countingRT) RoundTrip(r *http.Request) (*http.Response, error) {
-	t.c.total.Add(1)
-	key := r.Method + " " + resourceOf(r.URL.Path)
-	if r.URL.Query().Get("watch") == "true" {
-		key = "WATCH " + resourceOf(r.URL.Path)
-	}
-	t.c.mu.Lock()
-	t.c.by[key]++
-	t.c.mu.Unlock()
-	return t.rt.RoundTrip(r)
-}
-
-// resourceOf reduces an API path to its resource (and subresource): /apis/allot.io/v1alpha1/allotnodes/n1/status -> allotnodes/status.
-func resourceOf(path string) string {
-	parts := strings.Split(strings.Trim(path, "/"), "/")
-	switch {
-	case len(parts) >= 3 && parts[0] == "api":
-		parts = parts[2:]
-	case len(parts) >= 4 && parts[0] == "apis":
-		parts = parts[3:]
-	default:
-		return path
-	}
-	if len(parts) >= 2 && parts[0] == "namespaces" {
-		parts = parts[2:]
-	}
-	if len(parts) == 0 {
-		return "-"
-	}
-	if len(parts) >= 3 {
-		return parts[0] + "/" + parts[2]
-	}
-	return parts[0]
-}
-
-func (c *counter) snapshot() (int64, map[string]int64) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	m := make(map[string]int64, len(c.by))
-	for k, v := range c.by {
-		m[k] = v
-	}
-	return c.total.Load(), m
-}
-
-func countingConfig(cfg *rest.Config) (*rest.Config, *counter) {
-	c := &counter{by: map[string]int64{}}
-	out := rest.CopyConfig(cfg)
-	out.Wrap(func(rt http.RoundTripper) http.RoundTripper { return countingRT{c: c, rt: rt} })
-	return out, c
-}
 
 const benchNodes = 1000
 
@@ -133,7 +67,8 @@ func benchConverge(b *testing.B, ccc, cold bool) {
 			createAll(b, ctx, c, prefix, ccc)
 			created = time.Since(start)
 		}
-		cfg, cnt := countingConfig(env.Config)
+		cnt := &k8senv.Counter{}
+		cfg := cnt.Wrap(env.Config)
 		opctx, opcancel := context.WithCancel(ctx)
 		leader := make(chan struct{}, 1)
 		done := make(chan error, 1)
@@ -146,14 +81,13 @@ func benchConverge(b *testing.B, ccc, cold bool) {
 				OnLeader: func() { leader <- struct{}{} },
 			})
 		}()
-		var base int64
 		var baseBy map[string]int64
 		if cold {
 			start = time.Now() // from operator start: campaign, rebuild, serve
 		} else {
 			<-leader
 			time.Sleep(500 * time.Millisecond) // sleep: informers settle; nothing to observe
-			base, baseBy = cnt.snapshot()
+			baseBy = cnt.Snapshot()
 			start = time.Now()
 			createAll(b, ctx, c, prefix, ccc)
 			created = time.Since(start)
@@ -161,12 +95,16 @@ func benchConverge(b *testing.B, ccc, cold bool) {
 		waitConverged(b, ctx, c, prefix, ccc)
 		took := time.Since(start)
 		time.Sleep(2 * time.Second) // sleep: let status writes settle before counting them
-		total, by := cnt.snapshot()
+		by := k8senv.CountDelta(baseBy, cnt.Snapshot())
+		var total int64
+		for _, v := range by {
+			total += v
+		}
 		opcancel()
 		if err := <-done; err != nil {
 			b.Fatal(err)
 		}
-		reqs := float64(total-base) / benchNodes
+		reqs := float64(total) / benchNodes
 		b.ReportMetric(took.Seconds(), "s-converge")
 		b.ReportMetric(reqs, "req/node")
 		mode := "multi-pool (AllotNode)"
@@ -178,12 +116,10 @@ func benchConverge(b *testing.B, ccc, cold bool) {
 		}
 		var lines []string
 		for _, k := range sortedKeysStr(by) {
-			if d := by[k] - baseBy[k]; d > 0 {
-				lines = append(lines, fmt.Sprintf("    %-40s %6d  (%.2f/node)", k, d, float64(d)/benchNodes))
-			}
+			lines = append(lines, fmt.Sprintf("    %-40s %6d  (%.2f/node)", k, by[k], float64(by[k])/benchNodes))
 		}
 		fmt.Fprintf(os.Stdout, "\n%s: %d nodes created in %v, converged in %v; operator API requests %d (%.2f per node)\n%s\n",
-			mode, benchNodes, created.Round(time.Millisecond), took.Round(time.Millisecond), total-base, reqs, strings.Join(lines, "\n"))
+			mode, benchNodes, created.Round(time.Millisecond), took.Round(time.Millisecond), total, reqs, strings.Join(lines, "\n"))
 	}
 }
 
