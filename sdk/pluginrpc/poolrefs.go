@@ -2,8 +2,6 @@ package pluginrpc
 
 import (
 	"fmt"
-	"maps"
-	"slices"
 	"sync"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -76,7 +74,7 @@ type hostPool struct {
 
 // lastPool is a pool of the previous request, by position, and its entry.
 type lastPool struct {
-	view policy.PoolView // a deep copy
+	view wire.PoolSnapshot
 	e    *hostPool
 }
 
@@ -162,7 +160,7 @@ func (h *hostPools) known(i int, p *policy.PoolView) *hostPool {
 		return nil
 	}
 	l := &h.last[i]
-	if l.e == nil || !l.e.confirmed || l.e.dropped || !samePool(p, &l.view) {
+	if l.e == nil || !l.e.confirmed || l.e.dropped || !l.view.Same(p) {
 		return nil
 	}
 	return l.e
@@ -173,10 +171,10 @@ func (h *hostPools) remember(i int, p *policy.PoolView, e *hostPool) {
 	for len(h.last) <= i {
 		h.last = append(h.last, lastPool{})
 	}
-	if h.last[i].e == e && samePool(p, &h.last[i].view) {
+	if h.last[i].e == e && h.last[i].view.Same(p) {
 		return
 	}
-	h.last[i] = lastPool{view: clonePool(p), e: e}
+	h.last[i] = lastPool{view: wire.SnapshotPool(p), e: e}
 }
 
 // entry returns the table entry of a record, creating it with a new id.
@@ -459,50 +457,4 @@ func scanHeld(b []byte) bool {
 		b = b[n+m:]
 	}
 	return false
-}
-
-// samePool reports whether a and b are equal but for their free counts.
-func samePool(a, b *policy.PoolView) bool {
-	return a.Name == b.Name && a.Family == b.Family && a.Subnet == b.Subnet && a.Total == b.Total &&
-		a.Default == b.Default && a.Disabled == b.Disabled && a.Terminating == b.Terminating &&
-		a.AllExcluded == b.AllExcluded && a.AllReserved == b.AllReserved &&
-		slices.Equal(a.CIDRs, b.CIDRs) && slices.Equal(a.Excluded, b.Excluded) &&
-		slices.Equal(a.Reserved, b.Reserved) && slices.Equal(a.NodeName, b.NodeName) &&
-		slices.Equal(a.NamespaceName, b.NamespaceName) && slices.Equal(a.MultusName, b.MultusName) &&
-		sameSelector(a.NodeAffinity, b.NodeAffinity) && sameSelector(a.NamespaceAffinity, b.NamespaceAffinity) &&
-		sameSelector(a.PodAffinity, b.PodAffinity)
-}
-
-func sameSelector(a, b *policy.LabelSelector) bool {
-	if a == nil || b == nil {
-		return a == b
-	}
-	return maps.Equal(a.MatchLabels, b.MatchLabels) &&
-		slices.EqualFunc(a.MatchExpressions, b.MatchExpressions, func(x, y policy.Requirement) bool {
-			return x.Key == y.Key && x.Operator == y.Operator && slices.Equal(x.Values, y.Values)
-		})
-}
-
-// clonePool copies p deeply: what samePool compares must not change under it.
-func clonePool(p *policy.PoolView) policy.PoolView {
-	c := *p
-	c.CIDRs = slices.Clone(p.CIDRs)
-	c.Excluded, c.Reserved = slices.Clone(p.Excluded), slices.Clone(p.Reserved)
-	c.NodeName, c.NamespaceName = slices.Clone(p.NodeName), slices.Clone(p.NamespaceName)
-	c.MultusName = slices.Clone(p.MultusName)
-	c.NodeAffinity = cloneSelector(p.NodeAffinity)
-	c.NamespaceAffinity = cloneSelector(p.NamespaceAffinity)
-	c.PodAffinity = cloneSelector(p.PodAffinity)
-	return c
-}
-
-func cloneSelector(s *policy.LabelSelector) *policy.LabelSelector {
-	if s == nil {
-		return nil
-	}
-	c := &policy.LabelSelector{MatchLabels: maps.Clone(s.MatchLabels), MatchExpressions: slices.Clone(s.MatchExpressions)}
-	for i := range c.MatchExpressions {
-		c.MatchExpressions[i].Values = slices.Clone(c.MatchExpressions[i].Values)
-	}
-	return c
 }

@@ -7,7 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/allot-ipam/allot/sdk/policy"
+	"github.com/allot-ipam/allot/sdk/wire"
 	"github.com/tetratelabs/wazero/api"
 )
 
@@ -35,7 +35,7 @@ type instance struct {
 	// replace its pools.
 	req     []byte
 	pools   []pooledRecord
-	views   []policy.PoolView
+	views   []wire.PoolSnapshot
 	fullReq []byte
 	refRun  []uint64
 
