@@ -303,6 +303,9 @@ func (s *subnetCtl) reconcileApp(ctx context.Context, id string) (time.Duration,
 	var again time.Duration
 	wanted := map[string]bool{}
 	for _, w := range wants {
+		if err := s.adopt(ctx, a, &w); err != nil {
+			return 0, err
+		}
 		wanted[w.Pool] = true
 		wait, err := s.fit(ctx, a, w)
 		if errors.Is(err, errSubnetExhausted) {
@@ -489,9 +492,14 @@ func (s *subnetCtl) grow(ctx context.Context, w poolWant, appID string) (addrset
 		if cur.Size() >= w.Size && i >= 0 {
 			return false, nil
 		}
-		free, err := s.free(ctx, sub, w.Family)
+		free, err := s.free(ctx, sub, w.Family, w.Pool)
 		if err != nil {
 			return false, err
+		}
+		if i < 0 && len(w.Existing) > 0 {
+			if cur, free, err = seedAdopted(w, free); err != nil {
+				return false, err
+			}
 		}
 		cut, need, ok := cutAddresses(cur, free, w.Size)
 		if !ok {
@@ -512,9 +520,9 @@ func (s *subnetCtl) grow(ctx context.Context, w poolWant, appID string) (addrset
 }
 
 // free is what the subnet may still cut for fam: its usable addresses minus every
-// allocation, the addresses of other SharedIPPools of the same subnet (made by hand) and the
-// reserved addresses.
-func (s *subnetCtl) free(ctx context.Context, sub *allotv1.AllotSubnet, fam policy.Family) (addrset.Set, error) {
+// allocation, the addresses of other SharedIPPools of the same subnet (made by hand, or
+// imported without an allocation) than pool and the reserved addresses.
+func (s *subnetCtl) free(ctx context.Context, sub *allotv1.AllotSubnet, fam policy.Family, pool string) (addrset.Set, error) {
 	var rl allotv1.ReservedIPList
 	if err := s.r.List(ctx, &rl); err != nil {
 		return addrset.Set{}, fmt.Errorf("list ReservedIPs: %w", err)
@@ -525,7 +533,7 @@ func (s *subnetCtl) free(ctx context.Context, sub *allotv1.AllotSubnet, fam poli
 		return addrset.Set{}, err
 	}
 	free := f.Usable
-	mine := map[string]bool{}
+	mine := map[string]bool{pool: true}
 	for i, al := range sub.Status.Allocations {
 		mine[al.Pool] = true
 		if al.Family != string(fam) {
@@ -683,6 +691,10 @@ func (s *subnetCtl) ensurePool(ctx context.Context, a *app, w poolWant, ips addr
 // ips of the subnet family sf should be. Pure.
 func autoPool(pool *allotv1.SharedIPPool, sf *allotv1.SubnetFamily, a *app, w poolWant, ips addrset.Set) *allotv1.SharedIPPool {
 	fam := &allotv1.SharedPoolFamily{Subnet: sf.Subnet, IPs: ips.Strings(), Gateway: sf.Gateway, Routes: slices.Clone(sf.Routes)}
+	if old := poolFamily(pool, w.Family); old != nil {
+		// An adopted pool's exclusions stay (the operator's own pools have none).
+		fam.ExcludeIPs = slices.Clone(old.ExcludeIPs)
+	}
 	want := pool.DeepCopy()
 	if want.Labels == nil {
 		want.Labels = map[string]string{}

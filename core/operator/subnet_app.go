@@ -126,6 +126,9 @@ type poolWant struct {
 	Interface string
 	Size      uint64
 	Reclaim   bool
+	// Existing are the addresses of an adopted pool (adopt): kept when no subnet allocation
+	// records them.
+	Existing []string
 }
 
 // wants parses the application's subnet annotations into the pools it needs. No subnet

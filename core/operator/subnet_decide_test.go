@@ -102,4 +102,67 @@ func TestAutoPool(t *testing.T) {
 	if upd.Labels["team"] != "a" || controllerutil.ContainsFinalizer(upd, allotv1.FinalizerSharedPoolInUse) || existing.Labels[allotv1.LabelAutoPool] != "" {
 		t.Errorf("update: labels %v finalizers %v; the read pool changed: %v", upd.Labels, upd.Finalizers, existing.Labels)
 	}
+	existing.Spec.IPv4 = &allotv1.SharedPoolFamily{Subnet: "10.0.0.0/24", IPs: []string{"10.0.0.10-10.0.0.12"}, ExcludeIPs: []string{"10.0.0.12"}}
+	if upd := autoPool(existing, sf, a, w, ips); !slices.Equal(upd.Spec.IPv4.ExcludeIPs, []string{"10.0.0.12"}) {
+		t.Errorf("an adopted pool's excludeIPs were dropped: %+v", upd.Spec.IPv4)
+	}
+}
+
+// An application adopts an auto pool made for it under another name (imported from
+// Spiderpool), matched by application, interface and family as Spiderpool matches its owner
+// labels; its own pool's name wins when that exists.
+func TestAdoptable(t *testing.T) {
+	w := poolWant{Pool: "auto4-web-eth0-x", Subnet: "sub", Family: policy.IPv4, Interface: "eth0", Size: 2}
+	pool := func(name, app, iface string, v6 bool) allotv1.SharedIPPool {
+		p := allotv1.SharedIPPool{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{
+			allotv1.AnnotationAutoPoolApp: app}}}
+		if iface != "" {
+			p.Annotations[allotv1.AnnotationAutoPoolInterface] = iface
+		}
+		fam := &allotv1.SharedPoolFamily{Subnet: "10.0.0.0/24", IPs: []string{"10.0.0.5"}}
+		if v6 {
+			p.Spec.IPv6 = fam
+		} else {
+			p.Spec.IPv4 = fam
+		}
+		return p
+	}
+	const app = "Deployment/ns/web"
+	deleting := pool("auto4-web-eth0-00000", app, "eth0", false)
+	deleting.DeletionTimestamp = &metav1.Time{}
+	for _, tc := range []struct {
+		name  string
+		pools []allotv1.SharedIPPool
+		want  string // "" = none
+	}{
+		{"imported", []allotv1.SharedIPPool{pool("auto4-web-eth0-1a2b3", app, "eth0", false)}, "auto4-web-eth0-1a2b3"},
+		{"no interface annotation is eth0", []allotv1.SharedIPPool{pool("old", app, "", false)}, "old"},
+		{"own name exists", []allotv1.SharedIPPool{pool("a", app, "eth0", false), pool(w.Pool, app, "eth0", false)}, ""},
+		{"first by name", []allotv1.SharedIPPool{pool("b", app, "eth0", false), pool("a", app, "eth0", false)}, "a"},
+		{"other application", []allotv1.SharedIPPool{pool("a", "Deployment/ns/db", "eth0", false)}, ""},
+		{"other interface", []allotv1.SharedIPPool{pool("a", app, "net1", false)}, ""},
+		{"other family", []allotv1.SharedIPPool{pool("a", app, "eth0", true)}, ""},
+		{"being deleted", []allotv1.SharedIPPool{deleting}, ""},
+	} {
+		name := ""
+		if p := adoptable(tc.pools, app, w); p != nil {
+			name = p.Name
+		}
+		if name != tc.want {
+			t.Errorf("%s: adopted %q, want %q", tc.name, name, tc.want)
+		}
+	}
+}
+
+// An adopted pool without a subnet allocation keeps those of its addresses still free.
+func TestSeedAdopted(t *testing.T) {
+	w := poolWant{Pool: "p", Family: policy.IPv4, Existing: []string{"10.0.0.5-10.0.0.7"}}
+	cur, rest, err := seedAdopted(w, v4set(t, "10.0.0.6-10.0.0.20"))
+	if err != nil || !slices.Equal(cur.Strings(), []string{"10.0.0.6-10.0.0.7"}) || !slices.Equal(rest.Strings(), []string{"10.0.0.8-10.0.0.20"}) {
+		t.Errorf("seed %v rest %v, %v", cur.Strings(), rest.Strings(), err)
+	}
+	w.Existing = []string{"nope"}
+	if _, _, err := seedAdopted(w, v4set(t, "10.0.0.6")); err == nil || !strings.Contains(err.Error(), "SharedIPPool p: spec.ips") {
+		t.Errorf("bad address: %v", err)
+	}
 }

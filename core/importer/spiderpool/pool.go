@@ -100,9 +100,9 @@ func autoPool(o mapping.Object, u *unstructured.Unstructured, out *allotv1.Share
 	if subName == "" {
 		return
 	}
-	app := ""
-	if l[labelAppKind] != "" && l[labelAppName] != "" {
-		app = l[labelAppKind] + "/" + l[labelAppNS] + "/" + l[labelAppName]
+	app := appOf(l)
+	if app == "" {
+		o.Warn("metadata.labels["+labelAppKind+"]", "no application: the operator cannot give this pool to a workload (it keeps its addresses)")
 	}
 	out.Labels = map[string]string{allotv1.LabelSubnet: subName, allotv1.LabelAutoPool: "true"}
 	out.Annotations = map[string]string{}
@@ -123,6 +123,21 @@ func autoPool(o mapping.Object, u *unstructured.Unstructured, out *allotv1.Share
 	}
 	s.Status.Allocations = append(s.Status.Allocations, allotv1.SubnetAllocation{Pool: out.Name, Family: fam,
 		Application: app, Interface: l[labelInterface], IPs: ips.IPs})
+}
+
+// appOf is the workload (Kind/namespace/name, as allot's auto pools name it) Spiderpool's
+// labels say an auto pool belongs to: its owner-application-kind, -namespace and -name, or,
+// as older Spiderpool releases wrote it, owner-application "Kind_namespace_name" ('_' is in
+// no Kubernetes name). "" when neither is there.
+func appOf(l map[string]string) string {
+	if l[labelAppKind] != "" && l[labelAppName] != "" {
+		return l[labelAppKind] + "/" + l[labelAppNS] + "/" + l[labelAppName]
+	}
+	parts := strings.Split(l[labelAppOld], "_")
+	if len(parts) != 3 || parts[0] == "" || parts[2] == "" {
+		return ""
+	}
+	return strings.Join(parts, "/")
 }
 
 // poolClaims turns the pool's allocated addresses into AddressClaims for the same pods.

@@ -27,12 +27,14 @@ const (
 	KindEndpoint   = "SpiderEndpoint"
 
 	// labelOwnerSubnet marks a pool Spiderpool cut from a SpiderSubnet for a workload (its
-	// constant LabelIPPoolOwnerSpiderSubnet); labelApp* name that workload.
+	// constant LabelIPPoolOwnerSpiderSubnet); labelApp* name that workload (labelAppOld is
+	// the single label older Spiderpool releases wrote).
 	labelOwnerSubnet = "ipam.spidernet.io/owner-spider-subnet"
 	labelAppKind     = "ipam.spidernet.io/owner-application-kind"
 	labelAppNS       = "ipam.spidernet.io/owner-application-namespace"
 	labelAppName     = "ipam.spidernet.io/owner-application-name"
 	labelAppUID      = "ipam.spidernet.io/owner-application-uid"
+	labelAppOld      = "ipam.spidernet.io/owner-application"
 	labelInterface   = "ipam.spidernet.io/interface"
 	labelReclaim     = "ipam.spidernet.io/ippool-reclaim"
 )

@@ -86,7 +86,8 @@ metadata:
   name: auto
   labels: {ipam.spidernet.io/owner-spider-subnet: gone}
 spec: {subnet: 10.0.0.0/24, ips: [10.0.0.5]}
-`, []string{`metadata.labels[ipam.spidernet.io/owner-spider-subnet]: SpiderSubnet "gone" is not imported`}},
+`, []string{"metadata.labels[ipam.spidernet.io/owner-application-kind]: no application",
+			`metadata.labels[ipam.spidernet.io/owner-spider-subnet]: SpiderSubnet "gone" is not imported`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			res, err := Import(peertest.Objects(t, tc.in))
@@ -95,6 +96,15 @@ spec: {subnet: 10.0.0.0/24, ips: [10.0.0.5]}
 			}
 			peertest.Warnings(t, res.Warnings, tc.warn...)
 		})
+	}
+}
+
+// Older Spiderpool releases named an auto pool's application in one label, Kind_namespace_name.
+func TestImportAutoPoolOldLabel(t *testing.T) {
+	for l, want := range map[string]string{"Deployment_web-ns_web-1": "Deployment/web-ns/web-1", "Deployment_web": "", "_ns_": ""} {
+		if got := appOf(map[string]string{labelAppOld: l}); got != want {
+			t.Errorf("%q: %q, want %q", l, got, want)
+		}
 	}
 }
 
