@@ -119,6 +119,12 @@ type Options struct {
 	// Log receives the processes' output lines (default: only kept in files in Dir, and shown
 	// in errors).
 	Log io.Writer
+	// ServiceAccounts ("namespace/name") get a static token each that authenticates as that
+	// ServiceAccount (user system:serviceaccount:NS:NAME, groups system:serviceaccounts and
+	// system:serviceaccounts:NS), for ServiceAccountConfig. Unlike Config's system:masters,
+	// which API Priority and Fairness exempts, these requests are queued as a cluster's
+	// workloads' are, and RBAC authorizes them (bind the roles the test needs).
+	ServiceAccounts []string
 }
 
 // Env is a running etcd + kube-apiserver.
@@ -134,6 +140,7 @@ type Env struct {
 	etcdArgs  []string
 	apiPort   int
 	token     string
+	saTokens  map[string]string // "namespace/name" -> token
 	apiArgs   []string
 	mu        sync.Mutex
 	etcd      *proc
@@ -326,8 +333,12 @@ func (e *Env) prepareAPIServer() error {
 		return fmt.Errorf("k8senv: %w", err)
 	}
 	e.token = hex.EncodeToString(tok)
+	lines, err := e.serviceAccountTokens()
+	if err != nil {
+		return err
+	}
 	tokens := filepath.Join(e.Dir, "tokens.csv")
-	if err := os.WriteFile(tokens, []byte(e.token+`,admin,admin-uid,"system:masters"`+"\n"), 0o600); err != nil {
+	if err := os.WriteFile(tokens, []byte(e.token+`,admin,admin-uid,"system:masters"`+"\n"+lines), 0o600); err != nil {
 		return fmt.Errorf("k8senv: %w", err)
 	}
 	e.apiArgs = append([]string{
@@ -355,6 +366,39 @@ func (e *Env) prepareAPIServer() error {
 		Burst:           e.opts.Burst,
 	}
 	return nil
+}
+
+// serviceAccountTokens makes a token for each of Options.ServiceAccounts and returns their
+// lines of the static token file (token,user,uid,"groups").
+func (e *Env) serviceAccountTokens() (string, error) {
+	e.saTokens = map[string]string{}
+	var b strings.Builder
+	for _, sa := range e.opts.ServiceAccounts {
+		ns, name, ok := strings.Cut(sa, "/")
+		if !ok || ns == "" || name == "" || strings.ContainsAny(sa, ",\"\n") {
+			return "", fmt.Errorf("k8senv: ServiceAccounts: %q is not namespace/name", sa)
+		}
+		tok := make([]byte, 16)
+		if _, err := rand.Read(tok); err != nil {
+			return "", fmt.Errorf("k8senv: %w", err)
+		}
+		e.saTokens[sa] = hex.EncodeToString(tok)
+		fmt.Fprintf(&b, "%s,system:serviceaccount:%s:%s,sa-%s-%s,\"system:serviceaccounts,system:serviceaccounts:%s\"\n",
+			e.saTokens[sa], ns, name, ns, name, ns)
+	}
+	return b.String(), nil
+}
+
+// ServiceAccountConfig is Config authenticated as sa ("namespace/name", one of
+// Options.ServiceAccounts) instead of as an admin.
+func (e *Env) ServiceAccountConfig(sa string) (*rest.Config, error) {
+	tok, ok := e.saTokens[sa]
+	if !ok {
+		return nil, fmt.Errorf("k8senv: no token for ServiceAccount %q (list it in Options.ServiceAccounts)", sa)
+	}
+	out := rest.CopyConfig(e.Config)
+	out.BearerToken = tok
+	return out, nil
 }
 
 // StartAPIServer starts kube-apiserver (again, after StopAPIServer) on the same port with the
@@ -633,7 +677,7 @@ func InstallManifests(ctx context.Context, cfg *rest.Config, dir string) error {
 	slices.Sort(files)
 	var crds, rest []*unstructured.Unstructured
 	for _, f := range files {
-		objs, err := readManifests(f)
+		objs, err := ReadManifests(f)
 		if err != nil {
 			return err
 		}
@@ -694,7 +738,9 @@ func waitEstablished(ctx context.Context, c client.Client, name string) error {
 	}
 }
 
-func readManifests(path string) ([]*unstructured.Unstructured, error) {
+// ReadManifests reads every object of a multi-document YAML file (deploy/manifests/allot.yaml:
+// tests take the chart's RBAC from it).
+func ReadManifests(path string) ([]*unstructured.Unstructured, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("k8senv: %w", err)

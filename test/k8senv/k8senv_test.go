@@ -226,3 +226,26 @@ func TestPrinterColumns(t *testing.T) {
 		t.Errorf("row %v", table.Rows)
 	}
 }
+
+// TestServiceAccountConfig: a ServiceAccount's config authenticates as that ServiceAccount
+// (RBAC refuses it what no binding grants, naming it), and an unlisted one has no config.
+func TestServiceAccountConfig(t *testing.T) {
+	env := k8senv.Start(t, k8senv.Options{CRDDir: "-", ServiceAccounts: []string{"kube-system/agent"}})
+	if _, err := env.ServiceAccountConfig("kube-system/other"); err == nil {
+		t.Fatal("a ServiceAccount not in Options.ServiceAccounts got a config")
+	}
+	cfg, err := env.ServiceAccountConfig("kube-system/agent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(cfg, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err = c.Create(ctx, newConfigMap("as-agent"))
+	if want := `"system:serviceaccount:kube-system:agent" cannot create`; err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("create as the ServiceAccount: got %v, want a refusal containing %s", err, want)
+	}
+}

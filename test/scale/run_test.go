@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
+	_ "net/http/pprof" // servePprof
 	"os"
 	"runtime"
 	"runtime/metrics"
@@ -46,6 +48,7 @@ type result struct {
 // its blocks, counts the requests of a steady window, then stops the agents to weigh them.
 func run(tb testing.TB, p params) *result {
 	raiseFileLimit(tb, uint64(p.nodes)*3+4096)
+	servePprof(tb)
 	env := startEnv(tb)
 	r := &result{p: p}
 	heap0, _ := liveHeap()
@@ -53,7 +56,11 @@ func run(tb testing.TB, p params) *result {
 	stopOp := startOperator(tb, opCnt.Wrap(operatorConfig(env.Config)))
 	defer stopOp()
 
-	f := &fleet{cfg: agCnt.Wrap(sharedTransport(tb, env.Config)), dir: tb.TempDir()}
+	agentCfg, err := env.ServiceAccountConfig(agentServiceAccount)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	f := &fleet{cfg: agCnt.Wrap(sharedTransport(tb, agentCfg)), dir: tb.TempDir()}
 	defer f.stopAll()
 	stopProgress := make(chan struct{})
 	go progress(f, opCnt, agCnt, env.Dir, stopProgress)
@@ -379,4 +386,20 @@ func raiseFileLimit(tb testing.TB, n uint64) {
 	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &want); err != nil {
 		tb.Fatalf("the run needs %d open files (limit %d, hard %d): %v; raise ulimit -n", n, lim.Cur, lim.Max, err)
 	}
+}
+
+// servePprof serves net/http/pprof on $ALLOT_SCALE_PPROF (e.g. 127.0.0.1:6060), to profile
+// the operator and the agents during the start: go tool pprof http://ADDR/debug/pprof/profile.
+func servePprof(tb testing.TB) {
+	addr := os.Getenv("ALLOT_SCALE_PPROF")
+	if addr == "" {
+		return
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		tb.Fatalf("ALLOT_SCALE_PPROF: %v", err)
+	}
+	srv := &http.Server{Handler: http.DefaultServeMux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(l) }()
+	tb.Cleanup(func() { _ = srv.Close() })
 }

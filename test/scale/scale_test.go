@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/allot-ipam/allot/internal/testenv"
 	"github.com/allot-ipam/allot/test/k8senv"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 func TestMain(m *testing.M) {
@@ -91,11 +93,12 @@ func startEnv(tb testing.TB) *k8senv.Env {
 		"--max-requests-inflight=2000", "--max-mutating-requests-inflight=1000",
 		// Streams per connection: the agents share at most 64 connections (sharedTransport).
 		"--http2-max-streams-per-connection=2000",
-	}})
+	}, ServiceAccounts: []string{agentServiceAccount}})
 	c, err := env.Client()
 	if err != nil {
 		tb.Fatal(err)
 	}
+	bindAgentRole(tb, c)
 	pool := &allotv1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: "default"}}
 	pool.Spec.IPv4 = &allotv1.PoolFamily{CIDRs: []string{"10.0.0.0/8"}, MaskSize: 24}
 	pool.Spec.IPv6 = &allotv1.PoolFamily{CIDRs: []string{"fd00::/96"}, MaskSize: 120}
@@ -103,6 +106,38 @@ func startEnv(tb testing.TB) *k8senv.Env {
 		tb.Fatal(err)
 	}
 	return env
+}
+
+// agentServiceAccount is the agents' identity, as the chart's DaemonSet runs them.
+const agentServiceAccount = "kube-system/allot-agent"
+
+// bindAgentRole installs the chart's ClusterRole of the agent and its binding to
+// agentServiceAccount (from deploy/manifests/allot.yaml, the chart rendered): the agents run
+// with the rights they have in a cluster, and as a ServiceAccount, which API Priority and
+// Fairness queues (workload-low) where it exempts the harness's system:masters. With 5,000
+// exempt agents starting together, the operator's Lease renewals starved and it lost the
+// Lease; in a cluster its requests outrank the agents' the same way.
+func bindAgentRole(tb testing.TB, c client.Client) {
+	crds, err := k8senv.FindCRDDir()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	objs, err := k8senv.ReadManifests(filepath.Join(filepath.Dir(crds), "manifests", "allot.yaml"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	n := 0
+	for _, o := range objs {
+		if o.GetName() == "allot-agent" && (o.GetKind() == "ClusterRole" || o.GetKind() == "ClusterRoleBinding") {
+			if err := c.Create(context.Background(), o); err != nil {
+				tb.Fatalf("create %s %s: %v", o.GetKind(), o.GetName(), err)
+			}
+			n++
+		}
+	}
+	if n != 2 {
+		tb.Fatalf("deploy/manifests/allot.yaml: found %d of the agent's ClusterRole and ClusterRoleBinding", n)
+	}
 }
 
 // waitBlocks waits until every node holds its blocks and returns how long that took.
