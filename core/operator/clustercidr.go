@@ -140,7 +140,7 @@ func (r *nodeReconciler) Rebuild(ctx context.Context) error {
 // blocks from the best ClusterCIDRConfig with a free block (the node policy chooses), or marks
 // it as waiting; pod CIDRs already set (by allot or another allocator) are reserved. Its
 // decisions are pure (candidateConfigs, podCIDRNode, waitVerdict, planNodeConditions); the
-// carving happens under st.mu, the write is fenced by a live read of the Lease.
+// carving happens under st.mu, the write is fenced (the Lease renewed recently).
 type nodeReconciler struct {
 	client      client.Client
 	reader      client.Reader // the API server itself (Rebuild)

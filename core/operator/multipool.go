@@ -96,7 +96,7 @@ func allocatedBlocks(n *allotv1.AllotNode) map[netip.Prefix]string {
 
 // allotNodeReconciler is the AllotNode reconciler: it syncs the leader's view of one node
 // with its object (blocks the agent released are freed), hands out blocks until every
-// request is covered (fenced by a live read of the Lease), and writes the node's status.
+// request is covered (fenced: the Lease renewed recently), and writes the node's status.
 // The state changes happen under st.mu (plan); what to report is decided by pure functions
 // (unmetChanges, nodeStatus, allocationNote).
 type allotNodeReconciler struct {

@@ -255,6 +255,7 @@ func runTerm(ctx context.Context, o *Options, m *metrics, log *slog.Logger) erro
 	if err != nil {
 		return fmt.Errorf("operator: lease lock: %w", err)
 	}
+	fence := newFencer(o, lock, m) // leader election renews through it
 	skip := true
 	// A term that ends must not linger: its runnables work with the cancelled context, so
 	// none of them can still write, and a stuck one must not hold the next campaign (or the
@@ -265,7 +266,7 @@ func runTerm(ctx context.Context, o *Options, m *metrics, log *slog.Logger) erro
 		Scheme:                              allotk8s.NewScheme(),
 		Logger:                              logr.FromSlogHandler(log.Handler()),
 		LeaderElection:                      true,
-		LeaderElectionResourceLockInterface: lock,
+		LeaderElectionResourceLockInterface: fence,
 		LeaderElectionReleaseOnCancel:       true,
 		LeaseDuration:                       &o.LeaseDuration,
 		RenewDeadline:                       &o.RenewDeadline,
@@ -290,7 +291,7 @@ func runTerm(ctx context.Context, o *Options, m *metrics, log *slog.Logger) erro
 		client: mgr.GetClient(),
 		reader: mgr.GetAPIReader(),
 		event:  eventRecorder(mgr.GetEventRecorder("allot-operator")),
-		fence:  newFencer(o, mgr.GetAPIReader(), m).check,
+		fence:  fence.check,
 		status: newStatusBatch(o.StatusDelay),
 	}
 	op, err := compose(t)
