@@ -27,16 +27,16 @@ var ErrDaemonUnreachable = errors.New("allotd is not reachable")
 // The unit tests run it against the real core/api/server.
 type socketClient struct {
 	socket string
-	// timeout, when positive, bounds the exchange besides ctx: connecting, and each send
-	// and read (SO_SNDTIMEO, SO_RCVTIMEO). It ends as context.DeadlineExceeded.
+	// timeout, when positive, bounds the exchange besides ctx (the connection's deadline).
+	// It ends as context.DeadlineExceeded.
 	timeout time.Duration
 }
 
 // NewDaemon returns the Daemon for a socket path, bounded by each call's ctx.
 func NewDaemon(socket string) Daemon { return &socketClient{socket: socket} }
 
-// newTimedDaemon is NewDaemon with a timeout the socket enforces: Plugin's default, so a
-// call needs no ctx deadline.
+// newTimedDaemon is NewDaemon with a timeout of its own: Plugin's default, so a call needs
+// no ctx deadline (and its timer) besides the connection's.
 func newTimedDaemon(socket string, timeout time.Duration) Daemon {
 	return &socketClient{socket: socket, timeout: timeout}
 }

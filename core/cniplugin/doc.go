@@ -1,6 +1,7 @@
 // Package cniplugin is allot-cni: a CNI IPAM plugin (spec 1.1.0) that asks allotd for
-// addresses over its local API (core/api). cmd/allot-cni only wires these functions into
-// skel.PluginMainFuncs, so everything here runs in-process in tests.
+// addresses over its local API (core/api). cmd/allot-cni only calls Plugin.Main (the CNI
+// protocol of the library's skel, checked against it), so everything here runs
+// in-process in tests.
 //
 // The binary is exec'd once per CNI call, so this package keeps start-up cheap: no package
 // level state beyond constants, no registries, nothing done before the command is known.
@@ -18,7 +19,7 @@
 //
 // Errors are CNI errors (types.Error) with these codes:
 //
-//	 1  incompatible CNI version (checked by skel)
+//	 1  incompatible CNI version (checked by Main)
 //	 3  CHECK: allotd holds nothing for the container
 //	 4  bad CNI_ARGS, or an address requested by CNI_ARGS IP= refused as invalid
 //	 6  stdin cannot be decoded: a field has the wrong JSON type (the field is named)

@@ -9,9 +9,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
-	"github.com/containernetworking/cni/pkg/version"
 
 	"github.com/allot-ipam/allot/core/api"
 )
@@ -45,17 +43,8 @@ type Plugin struct {
 	Stdout io.Writer
 }
 
-// VersionInfo is every CNI version allot-cni speaks; GC and STATUS need 1.1.0, and skel
-// refuses other versions with code 1.
-var VersionInfo = version.All
-
-// About is printed by skel when the binary runs without CNI_COMMAND.
+// About is printed by Main when the binary runs without CNI_COMMAND.
 func About(v string) string { return "CNI IPAM plugin allot-cni " + v + " (asks allotd for addresses)" }
-
-// Funcs returns the command functions for skel.PluginMainFuncs.
-func (p *Plugin) Funcs() skel.CNIFuncs {
-	return skel.CNIFuncs{Add: p.Add, Del: p.Del, Check: p.Check, GC: p.GC, Status: p.Status}
-}
 
 // call is what every command needs: its config, its daemon and its ctx.
 type call struct {
@@ -65,15 +54,14 @@ type call struct {
 	cancel context.CancelFunc
 }
 
-func (p *Plugin) begin(args *skel.CmdArgs) (*call, error) {
+func (p *Plugin) begin(args *CmdArgs) (*call, error) {
 	conf, err := ParseConfig(args.StdinData)
 	if err != nil {
 		return nil, err
 	}
 	if p.Dial == nil {
-		// The socket itself enforces ipam.timeout (newTimedDaemon): a ctx deadline would
-		// arm a runtime timer, which starts the network poller and a thread to wait on it,
-		// in a process that makes one exchange and exits.
+		// The connection's deadline is ipam.timeout (newTimedDaemon): a ctx deadline
+		// would only add a second timer and a context to cancel.
 		return &call{conf: conf, daemon: newTimedDaemon(conf.Socket, conf.Timeout), ctx: context.Background(), cancel: func() {}}, nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), conf.Timeout)
@@ -81,7 +69,7 @@ func (p *Plugin) begin(args *skel.CmdArgs) (*call, error) {
 }
 
 // Add allocates addresses for (CNI_CONTAINERID, CNI_IFNAME) and prints the result.
-func (p *Plugin) Add(args *skel.CmdArgs) error {
+func (p *Plugin) Add(args *CmdArgs) error {
 	c, err := p.begin(args)
 	if err != nil {
 		return err
@@ -126,7 +114,7 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 }
 
 // Del frees what the owner holds; an owner that holds nothing is not an error.
-func (p *Plugin) Del(args *skel.CmdArgs) error {
+func (p *Plugin) Del(args *CmdArgs) error {
 	c, err := p.begin(args)
 	if err != nil {
 		return err
@@ -152,7 +140,7 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 
 // Check verifies that allotd still holds, for the owner, exactly the addresses prevResult
 // gives it.
-func (p *Plugin) Check(args *skel.CmdArgs) error {
+func (p *Plugin) Check(args *CmdArgs) error {
 	c, err := p.begin(args)
 	if err != nil {
 		return err
@@ -178,7 +166,7 @@ func (p *Plugin) Check(args *skel.CmdArgs) error {
 }
 
 // GC frees every allocation of the network whose owner is not a valid attachment.
-func (p *Plugin) GC(args *skel.CmdArgs) error {
+func (p *Plugin) GC(args *CmdArgs) error {
 	c, err := p.begin(args)
 	if err != nil {
 		return err
@@ -195,7 +183,7 @@ func (p *Plugin) GC(args *skel.CmdArgs) error {
 }
 
 // Status succeeds when allotd answers and can serve ADD for this network's pools.
-func (p *Plugin) Status(args *skel.CmdArgs) error {
+func (p *Plugin) Status(args *CmdArgs) error {
 	c, err := p.begin(args)
 	if err != nil {
 		return err

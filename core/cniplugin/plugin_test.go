@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
 
@@ -38,12 +37,12 @@ func (r *rig) netconf(ipam string, extra ...string) []byte {
 	return conf(fmt.Sprintf(`{"type":"allot-cni","socket":%q,"timeout":"5s"%s}`, r.sock, ipam), extra...)
 }
 
-func cmd(id string, stdin []byte, cniArgs string) *skel.CmdArgs {
-	return &skel.CmdArgs{ContainerID: id, Netns: "/var/run/netns/x", IfName: "eth0", Args: cniArgs, Path: "/opt/cni/bin", StdinData: stdin}
+func cmd(id string, stdin []byte, cniArgs string) *CmdArgs {
+	return &CmdArgs{ContainerID: id, Netns: "/var/run/netns/x", IfName: "eth0", Args: cniArgs, Path: "/opt/cni/bin", StdinData: stdin}
 }
 
 // add runs ADD and returns the printed result.
-func (r *rig) add(args *skel.CmdArgs) (*current.Result, error) {
+func (r *rig) add(args *CmdArgs) (*current.Result, error) {
 	r.out.Reset()
 	if err := r.p.Add(args); err != nil {
 		return nil, err
@@ -103,7 +102,7 @@ func TestAddCheckDel(t *testing.T) {
 
 	// CHECK with the ADD result as prevResult passes; with other addresses it names one.
 	prev, _ := json.Marshal(res)
-	withPrev := func(p string) *skel.CmdArgs {
+	withPrev := func(p string) *CmdArgs {
 		return cmd("c1", r.netconf("", `"prevResult":`+p), "")
 	}
 	if err := r.p.Check(withPrev(string(prev))); err != nil {

@@ -11,15 +11,28 @@ import (
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
+	"github.com/containernetworking/cni/pkg/version"
 )
 
-// TestMain lets the test binary act as allot-cni (skel and all) when re-exec'd with
-// ALLOT_CNI_TEST_AS_PLUGIN=1, so the parts skel owns (environment, version checks, error
+// TestMain lets the test binary act as allot-cni (Plugin.Main) when re-exec'd with
+// ALLOT_CNI_TEST_AS_PLUGIN=1, so the protocol's parts (environment, version checks, error
 // printing) are tested without building the real binary.
 func TestMain(m *testing.M) {
-	if os.Getenv("ALLOT_CNI_TEST_AS_PLUGIN") == "1" {
+	switch os.Getenv("ALLOT_CNI_TEST_AS_PLUGIN") {
+	case "1":
 		p := &Plugin{}
-		skel.PluginMainFuncs(p.Funcs(), VersionInfo, About("test"))
+		p.Main(About("test"))
+		os.Exit(0)
+	case "skel":
+		// The library's dispatcher around the same functions, for TestMainMatchesSkel.
+		p := &Plugin{}
+		adapt := func(f func(*CmdArgs) error) func(*skel.CmdArgs) error {
+			return func(a *skel.CmdArgs) error {
+				return f(&CmdArgs{ContainerID: a.ContainerID, Netns: a.Netns, IfName: a.IfName, Args: a.Args, Path: a.Path, NetnsOverride: a.NetnsOverride, StdinData: a.StdinData})
+			}
+		}
+		funcs := skel.CNIFuncs{Add: adapt(p.Add), Del: adapt(p.Del), Check: adapt(p.Check), GC: adapt(p.GC), Status: adapt(p.Status)}
+		skel.PluginMainFuncs(funcs, version.PluginSupports(SupportedVersions...), About("test"))
 		os.Exit(0)
 	}
 	os.Exit(m.Run())
@@ -28,19 +41,27 @@ func TestMain(m *testing.M) {
 // execPlugin runs the test binary as the plugin with CNI environment env and stdin.
 func execPlugin(t *testing.T, env map[string]string, stdin []byte) (stdout []byte, exitErr error) {
 	t.Helper()
+	out, stderr, err := execAs(t, "1", env, stdin)
+	if len(stderr) > 0 && err == nil {
+		t.Logf("stderr: %s", stderr)
+	}
+	return out, err
+}
+
+// execAs runs the test binary as the plugin: as allot-cni ("1") or through the library's
+// skel ("skel").
+func execAs(t *testing.T, as string, env map[string]string, stdin []byte) (stdout, stderr []byte, exitErr error) {
+	t.Helper()
 	c := exec.Command(os.Args[0])
-	c.Env = []string{"ALLOT_CNI_TEST_AS_PLUGIN=1"}
+	c.Env = []string{"ALLOT_CNI_TEST_AS_PLUGIN=" + as}
 	for k, v := range env {
 		c.Env = append(c.Env, k+"="+v)
 	}
 	c.Stdin = bytes.NewReader(stdin)
-	var out, stderr bytes.Buffer
-	c.Stdout, c.Stderr = &out, &stderr
+	var out, errOut bytes.Buffer
+	c.Stdout, c.Stderr = &out, &errOut
 	err := c.Run()
-	if stderr.Len() > 0 && err == nil {
-		t.Logf("stderr: %s", stderr.Bytes())
-	}
-	return out.Bytes(), err
+	return out.Bytes(), errOut.Bytes(), err
 }
 
 func cniEnv(command string) map[string]string {
@@ -113,9 +134,77 @@ func TestSkelMain(t *testing.T) {
 	}
 }
 
+// TestMainMatchesSkel runs Plugin.Main and the library's skel around the same functions
+// on the protocol's edge cases: same stdout, stderr and exit status.
+func TestMainMatchesSkel(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short: re-execs the test binary")
+	}
+	down := conf(`{"socket":"/nonexistent/a.sock"}`) // every call fails alike, after dispatch
+	withVersion := func(v string) []byte { return bytes.Replace(down, []byte(`"1.1.0"`), []byte(v), 1) }
+	env := func(cmd string, kv ...string) map[string]string {
+		e := cniEnv(cmd)
+		for i := 0; i+1 < len(kv); i += 2 {
+			if kv[i+1] == "" {
+				delete(e, kv[i])
+			} else {
+				e[kv[i]] = kv[i+1]
+			}
+		}
+		return e
+	}
+	here, err := os.Readlink("/proc/self/ns/net")
+	if err != nil || here == "" {
+		t.Fatalf("own netns: %v", err)
+	}
+	tests := []struct {
+		name  string
+		env   map[string]string
+		stdin []byte
+	}{
+		{"add", env("ADD"), down},
+		{"del", env("DEL"), down},
+		{"del without netns", env("DEL", "CNI_NETNS", ""), down},
+		{"check", env("CHECK"), down},
+		{"check 0.3.1", env("CHECK"), withVersion(`"0.3.1"`)},
+		{"check 2.0.0", env("CHECK"), withVersion(`"2.0.0"`)},
+		{"gc 1.0.0", env("GC"), withVersion(`"1.0.0"`)},
+		{"status", env("STATUS"), down},
+		{"status 0.4.0", env("STATUS"), withVersion(`"0.4.0"`)},
+		{"gc bad version", env("GC"), withVersion(`"1.x"`)},
+		{"add 7.0.0", env("ADD"), withVersion(`"7.0.0"`)},
+		{"add version not a string", env("ADD"), withVersion(`1`)},
+		{"version", map[string]string{"CNI_COMMAND": "VERSION"}, nil},
+		{"about", map[string]string{}, nil},
+		{"unknown command", env("FROB"), down},
+		{"missing env", map[string]string{"CNI_COMMAND": "ADD"}, down},
+		{"missing path on GC", env("GC", "CNI_PATH", ""), down},
+		{"bad container id", env("ADD", "CNI_CONTAINERID", "-x"), down},
+		{"bad container id char", env("ADD", "CNI_CONTAINERID", "a/b"), down},
+		{"long ifname", env("ADD", "CNI_IFNAME", "eth0123456789012"), down},
+		{"dot ifname", env("DEL", "CNI_IFNAME", ".."), down},
+		{"ifname with colon", env("ADD", "CNI_IFNAME", "eth0:1"), down},
+		{"malformed stdin", env("ADD"), []byte(`{"cniVersion":`)},
+		{"missing name", env("ADD"), []byte(`{"cniVersion":"1.1.0","ipam":{}}`)},
+		{"bad name", env("ADD"), bytes.Replace(down, []byte(`"name":"net1"`), []byte(`"name":"a b"`), 1)},
+		{"own netns", env("ADD", "CNI_NETNS", "/proc/self/ns/net"), down},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, errOut, err := execAs(t, "1", tt.env, tt.stdin)
+			sout, serrOut, serr := execAs(t, "skel", tt.env, tt.stdin)
+			if string(out) != string(sout) || string(errOut) != string(serrOut) || (err == nil) != (serr == nil) {
+				t.Fatalf("Main: exit %v, stdout %s, stderr %s\nskel: exit %v, stdout %s, stderr %s", err, out, errOut, serr, sout, serrOut)
+			}
+		})
+	}
+}
+
 // TestStartupDeps guards allot-cni's start-up cost: net/http (and crypto/tls behind it) adds
 // about 2 ms to every exec, the protobuf runtime (core/api/frame's generated codec, which
-// builds its descriptors at start-up) about 0.5 ms, so nothing in allot-cni may import them.
+// builds its descriptors at start-up) about 0.5 ms, the CNI library's skel (with its
+// version package, a regexp compiled at start-up and netlink's netns) about 0.2 ms, so
+// nothing in allot-cni may import them.
 func TestStartupDeps(t *testing.T) {
 	if testing.Short() {
 		t.Skip("short: runs go list")
@@ -125,7 +214,8 @@ func TestStartupDeps(t *testing.T) {
 	if err != nil {
 		t.Fatalf("go list -deps allot-cni: %v", err)
 	}
-	banned := []string{"net/http", "google.golang.org/protobuf", "github.com/allot-ipam/allot/core/api/frame"}
+	banned := []string{"net/http", "google.golang.org/protobuf", "github.com/allot-ipam/allot/core/api/frame",
+		"github.com/containernetworking/cni/pkg/skel", "github.com/containernetworking/cni/pkg/version"}
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		fields := strings.Fields(line)
 		if len(fields) == 0 || strings.HasPrefix(fields[0], "vendor/") {
