@@ -104,7 +104,9 @@ type Agent struct {
 	loop  *loop
 	m     atomic.Pointer[ipam.Manager]
 
-	synced  atomic.Bool
+	synced atomic.Bool
+	// created: when this agent created its AllotNode (unix ns), until its cache shows it.
+	created atomic.Int64
 	reclaim chan struct{}
 	// restored: the pools were restored from the node store (Restore); local: they are
 	// served, the API server being unreachable; reconciled: a sync has since made them the
@@ -453,11 +455,15 @@ func (a *Agent) sync(ctx context.Context) (time.Time, error) {
 			return time.Time{}, err
 		}
 		a.reconcileDone(m)
+		if until := a.createdUntil(); time.Now().Before(until) {
+			return until, nil // created: the informer brings it (and this sync again)
+		}
 		return time.Time{}, a.createNode(ctx, m)
 	}
 	if err != nil {
 		return time.Time{}, fmt.Errorf("agent: read AllotNode %s: %w", a.opts.NodeName, err)
 	}
+	a.created.Store(0)
 
 	pools := a.clusterPools(ctx, m)
 	a.syncBlocks(node, m)
@@ -669,6 +675,10 @@ func (a *Agent) reportOnce(key, msg string, args ...any) {
 	}
 }
 
+// createWait bounds how long a created AllotNode may take to reach the informer cache before
+// the agent creates it again (createdUntil).
+const createWait = 30 * time.Second
+
 // createNode creates the node's AllotNode with its first requests.
 func (a *Agent) createNode(ctx context.Context, m *ipam.Manager) error {
 	pools := a.clusterPools(ctx, m)
@@ -677,19 +687,40 @@ func (a *Agent) createNode(ctx context.Context, m *ipam.Manager) error {
 	if err := a.createOwned(ctx, node); err != nil {
 		return err
 	}
+	a.created.Store(time.Now().UnixNano())
 	a.log.Info("AllotNode created", "node", a.opts.NodeName, "requested", node.Spec.IPAM.Pools.Requested)
 	// The informer brings it back; sync again then.
 	return nil
+}
+
+// createdUntil is until when a sync that does not find the AllotNode in the cache waits for
+// the informer to bring the one it created rather than create it again: at scale the watch
+// event lags the create by seconds, and every duplicate create costs the API server a write
+// refused with AlreadyExists. Past it (the object was deleted before the cache saw it),
+// the agent creates it again.
+func (a *Agent) createdUntil() time.Time {
+	ns := a.created.Load()
+	if ns == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, ns).Add(createWait)
 }
 
 // createOwned creates the node's AllotNode, owned by the Node (garbage-collected with it)
 // when the Node exists. One that exists already is left as it is.
 func (a *Agent) createOwned(ctx context.Context, node *v1alpha1.AllotNode) error {
 	var n corev1.Node
-	if err := a.liveGet(ctx, types.NamespacedName{Name: a.opts.NodeName}, &n); err == nil {
+	key := types.NamespacedName{Name: a.opts.NodeName}
+	// The Node informer's copy (the Node exists before the kubelet starts the agent); a live
+	// read only while that cache is not synced.
+	err := a.cachedGet(ctx, key, &n)
+	if err != nil && !apierrors.IsNotFound(err) {
+		err = a.liveGet(ctx, key, &n)
+	}
+	if err == nil {
 		node.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: n.Name, UID: n.UID}}
 	}
-	err := a.live.Create(ctx, node)
+	err = a.live.Create(ctx, node)
 	a.metrics.writes.WithLabelValues("create", resultOf(err)).Inc()
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("agent: create AllotNode %s: %w", a.opts.NodeName, err)
