@@ -55,7 +55,8 @@ func applyLog(rep *Report) {
 func logFrames(rep *Report) ([]walFrame, error) {
 	paths := WALPaths(rep.Path)
 	if rep.walIDKnown && rep.walSeqReadable {
-		return readWAL(paths, rep.walID, rep.walSeq)
+		frames, _, err := readWAL(paths, rep.walID, rep.walSeq)
+		return frames, err
 	}
 	scans, err := scanWAL(paths, nil)
 	if err != nil {
