@@ -12,12 +12,14 @@
 //     figures compared with iptables; an empty tcx program attached behind
 //     ours on the same hooks gives the statistics' own cost in that pass
 //
-// Each datapath gets a fresh topology so that no state (conntrack hooks,
-// TIME_WAIT sockets) carries over from the previous one. Rounds interleave
-// the datapaths; the table shows each figure's median over the rounds and
-// the median of the per-round ratios (each ratio compares two runs made
-// seconds apart, so load from elsewhere affects both alike). Needs root
-// and iperf3 (Debian package iperf3).
+// Each round builds a fresh topology per datapath so that no state
+// (conntrack hooks, TIME_WAIT sockets) carries over from the previous
+// round, and the datapaths take turns in one-second slices of each phase
+// (round.go), so that a round's ratios compare figures taken in the same
+// seconds; the table shows each figure's median over the rounds and the
+// median of the per-round ratios, and beside them the time per unit each
+// masquerade adds over none. Needs root and iperf3 (Debian package
+// iperf3).
 package main
 
 import (
@@ -31,7 +33,6 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"runtime"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -47,7 +48,6 @@ import (
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
 
@@ -57,6 +57,7 @@ var (
 	only      = flag.String("only", "none,iptables,ebpf", "datapaths to measure, comma-separated")
 	verbose   = flag.Bool("v", false, "log datapath messages")
 	rounds    = flag.Int("rounds", 3, "measurement rounds; the table shows medians")
+	slice     = flag.Duration("slice", time.Second, "length of one slice: within a round the datapaths take turns slice by slice (whole seconds)")
 	cost      = flag.Bool("cost", true, "measure the eBPF programs' cost in an extra pass with BPF statistics on")
 	iperfPort = 5201
 	crrPort   = 9000
@@ -108,17 +109,18 @@ func main() {
 	results := map[string][]figures{}
 	var costRounds []costs
 	for round := 1; round <= *rounds; round++ {
-		for _, name := range names {
-			f, _, err := measure(name, newDatapath(name, log), false)
-			if err != nil {
-				fail("%s: %v", name, err)
-			}
+		fs, err := measureRound(names, log)
+		if err != nil {
+			fail("round %d: %v", round, err)
+		}
+		for i, name := range names {
+			f := fs[i]
 			fmt.Fprintf(os.Stderr, "dpbench: round %d %-8s tcp %.2f Gbit/s, udp %.1f kpps, %.0f conn/s (%d failed)\n",
 				round, name, f.tcpGbps, f.udpKpps, f.connPerS, f.connFail)
 			results[name] = append(results[name], f)
 		}
 		if *cost && slices.Contains(names, "ebpf") {
-			_, c, err := measure("ebpf", newDatapath("ebpf", log), true)
+			c, err := measureCost(log)
 			if err != nil {
 				fail("ebpf cost pass: %v", err)
 			}
@@ -164,74 +166,100 @@ func newDatapath(name string, log *slog.Logger) datapath.Datapath {
 	return nil
 }
 
-// measure runs the three phases through a fresh topology with dp applied.
-// With withCost (ebpf only) it turns BPF statistics on, attaches the empty
-// program behind ours and returns the programs' cost instead.
-func measure(name string, dp datapath.Datapath, withCost bool) (f figures, c costs, err error) {
+// rig is one datapath applied on a topology of its own, its servers
+// running; close undoes it all.
+type rig struct {
+	name  string
+	tp    *topo.Topology
+	dp    datapath.Datapath
+	close func() error
+}
+
+// newRig builds a fresh topology, starts the servers and applies dp.
+func newRig(name string, dp datapath.Datapath) (_ *rig, err error) {
 	ctx := context.Background()
 	tp, err := topo.New()
 	if err != nil {
-		return f, c, err
+		return nil, err
 	}
-	defer tp.Close()
+	var undo []func() error
+	r := &rig{name: name, tp: tp, dp: dp, close: func() error {
+		var errs []error
+		for i := len(undo) - 1; i >= 0; i-- {
+			errs = append(errs, undo[i]())
+		}
+		return errors.Join(append(errs, tp.Close())...)
+	}}
+	defer func() {
+		if err != nil {
+			_ = r.close()
+		}
+	}()
 	if name == "none" {
 		// Nothing masquerades: route the pod CIDR back, as in a routed
 		// (native-routing) cluster.
 		if err := tp.RouteBack(); err != nil {
-			return f, c, err
+			return nil, err
 		}
 	}
 	if err := reuseTimeWait(tp); err != nil {
-		return f, c, err
+		return nil, err
 	}
 	stop, err := servers(tp)
 	if err != nil {
-		return f, c, err
+		return nil, err
 	}
-	defer stop()
-
+	undo = append(undo, func() error { stop(); return nil })
 	cfg := datapath.Config{
 		PodCIDRs:           []netip.Prefix{topo.PodCIDR4, topo.PodCIDR6},
 		NonMasqueradeCIDRs: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("fd00::/8")},
 	}
 	if err := topo.In(tp.Node, func() error { return dp.Apply(ctx, cfg) }); err != nil {
-		return f, c, fmt.Errorf("apply: %w", err)
+		return nil, fmt.Errorf("apply: %w", err)
 	}
-	defer func() {
-		if rerr := topo.In(tp.Node, func() error { return dp.Remove(ctx) }); rerr != nil && err == nil {
-			err = fmt.Errorf("remove: %w", rerr)
+	undo = append(undo, func() error {
+		if err := topo.In(tp.Node, func() error { return dp.Remove(ctx) }); err != nil {
+			return fmt.Errorf("%s: remove: %w", name, err)
 		}
-	}()
+		return nil
+	})
+	return r, nil
+}
 
-	var progs []*cebpf.Program // egress, ingress, empty behind egress, empty behind ingress
-	if e, ok := dp.(*ebpf.Datapath); ok && withCost {
-		closeFloor, floor, err := attachEmpty(tp)
-		switch {
-		case errors.Is(err, cebpf.ErrNotSupported):
-			// No tcx (kernel < 6.6): no floor figure, the rest as usual.
-			closeFloor = func() {}
-		case err != nil:
-			return f, c, err
-		}
-		defer closeFloor()
-		eg, in := e.Programs()
-		progs = []*cebpf.Program{eg, in, floor, floor}
-		// Statistics cost a little per run; on only for this pass, and
-		// off again when the returned handle is closed.
-		stats, err := cebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
-		if err != nil {
-			return f, c, fmt.Errorf("enable bpf stats: %w", err)
-		}
-		defer stats.Close()
-	}
-	f, marks, err := phases(ctx, tp, progs)
+// measureCost runs the three phases through a fresh ebpf rig with BPF
+// statistics on and the empty program behind ours, and returns the
+// programs' cost.
+func measureCost(log *slog.Logger) (c costs, err error) {
+	r, err := newRig("ebpf", newDatapath("ebpf", log))
 	if err != nil {
-		return f, c, err
+		return c, err
 	}
-	if st, err := dp.Status(ctx); err == nil && name == "ebpf" && *verbose {
+	defer func() { err = errors.Join(err, r.close()) }()
+	closeFloor, floor, err := attachEmpty(r.tp)
+	switch {
+	case errors.Is(err, cebpf.ErrNotSupported):
+		// No tcx (kernel < 6.6): no floor figure, the rest as usual.
+		closeFloor = func() {}
+	case err != nil:
+		return c, err
+	}
+	defer closeFloor()
+	eg, in := r.dp.(*ebpf.Datapath).Programs()
+	// Statistics cost a little per run; on only for this pass, and off
+	// again when the returned handle is closed.
+	stats, err := cebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+	if err != nil {
+		return c, fmt.Errorf("enable bpf stats: %w", err)
+	}
+	defer stats.Close()
+	_, marks, err := phases(context.Background(), r.tp, []*cebpf.Program{eg, in, floor, floor})
+	if err != nil {
+		return c, err
+	}
+	if st, err := r.dp.Status(context.Background()); err == nil && *verbose {
 		fmt.Fprintf(os.Stderr, "dpbench: ebpf status: %v\n", st.Detail)
 	}
-	return f, costsOf(marks), nil
+	return costsOf(marks), nil
 }
 
 // reuseTimeWait lets the conn/s client (pod1) reuse its TIME_WAIT ports
@@ -300,16 +328,7 @@ func phases(ctx context.Context, tp *topo.Topology, progs []*cebpf.Program) (f f
 	}
 	marks[2] = progStats(progs)
 
-	dst := netip.AddrPortFrom(topo.Ext4, uint16(crrPort)).String()
-	d := net.Dialer{Timeout: 5 * time.Second}
-	wrap := func(fn func()) {
-		runtime.LockOSThread() // never unlocked: the thread exits with the goroutine
-		if err := netns.Set(tp.Pods[0]); err != nil {
-			panic(err)
-		}
-		fn()
-	}
-	r := connrate.Run(ctx, func() (net.Conn, error) { return d.Dial("tcp", dst) }, wrap, *workers, *duration)
+	r := connRun(ctx, tp, *duration)
 	f.connPerS, f.connFail, f.connP99 = r.PerSecond(), r.Failed, r.P99
 	marks[3] = progStats(progs)
 	return f, marks, nil
