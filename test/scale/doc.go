@@ -4,7 +4,8 @@
 // Every agent has its own informers as on a node (its AllotNode, Node and pods by field
 // selector, IPPools, Namespaces), so the API server serves N agents' watches as in a
 // cluster of N nodes; no Node objects or pods exist, only what the agents and the operator
-// create.
+// create. The agents authenticate as the chart's ServiceAccount with its ClusterRole (API
+// Priority and Fairness queues them as a cluster's agents), the operator as an admin.
 //
 // It measures the time until every node has its blocks (an IPv4 and an IPv6 block of the
 // pool "default", as the agent's default pre-allocation asks), the API requests per node
