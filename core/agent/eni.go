@@ -16,6 +16,7 @@ import (
 	"github.com/allot-ipam/allot/core/enihost"
 	"github.com/allot-ipam/allot/core/ipam"
 	"github.com/allot-ipam/allot/core/k8s/apis/allot/v1alpha1"
+	"github.com/allot-ipam/allot/core/store"
 	"github.com/allot-ipam/allot/sdk/policy"
 )
 
@@ -89,7 +90,16 @@ func (a *Agent) syncENI(ctx context.Context) error {
 		}
 	}
 	answers := a.eniHandshake(m, pool, addrs, states)
-	a.eniServe(m, pool, node, addrs, states, prefixes)
+	served := a.eniServe(m, pool, node, addrs, states, prefixes)
+	// The node store holds what is served before any ready-for-release answer is written:
+	// an agent restarted while the API server is down never serves an address the operator
+	// may have given back to the cloud.
+	if a.opts.Store != nil {
+		if err := a.saveState(ctx, served); err != nil {
+			return err
+		}
+	}
+	a.reconcileDone(m)
 	a.markNodeRead()
 	return a.eniWriteStatus(ctx, m, pool, node, answers)
 }
@@ -147,19 +157,26 @@ func (a *Agent) eniHandshake(m *ipam.Manager, pool string, addrs map[netip.Addr]
 }
 
 // eniServe puts the pool's addresses not in the handshake (do-not-release stays in
-// service) and the node's IPv6 prefixes into the allocator, and takes out what left them.
-func (a *Agent) eniServe(m *ipam.Manager, pool string, node *v1alpha1.AllotNode, addrs map[netip.Addr]string, states map[netip.Addr]eni.ReleaseState, prefixes []netip.Prefix) {
+// service) and the node's IPv6 prefixes into the allocator, and takes out what left them. It
+// returns the blocks it serves, as the node store keeps them, in a stable order.
+func (a *Agent) eniServe(m *ipam.Manager, pool string, node *v1alpha1.AllotNode, addrs map[netip.Addr]string, states map[netip.Addr]eni.ReleaseState, prefixes []netip.Prefix) []store.Block {
 	addressing := a.eniAddressing(node)
+	var served []store.Block
 	for _, ad := range sortedAddrKeys(addrs) {
-		if !eni.Reserved(states[ad]) {
-			a.eniAdd(m, pool, ad, addrs[ad], addressing)
+		if eni.Reserved(states[ad]) {
+			continue
+		}
+		if b, ok := a.eniAdd(m, pool, ad, addrs[ad], addressing); ok {
+			served = append(served, b)
 		}
 	}
 	for _, p := range prefixes {
 		// Pods get single addresses of the /80, as from the AWS VPC CNI's IPv6 prefix.
 		if err := m.AddCIDR(pool, p); err != nil {
 			a.reportOnce("add "+p.String(), "IPv6 prefix of status.eni refused", "prefix", p, "err", err)
+			continue
 		}
+		served = append(served, store.Block{Pool: pool, CIDR: p})
 	}
 	// Addresses that left the pool without the handshake (the cloud lost them): out, unless
 	// a pod holds one (kept, and reported, until it is released).
@@ -177,28 +194,34 @@ func (a *Agent) eniServe(m *ipam.Manager, pool string, node *v1alpha1.AllotNode,
 			}
 		}
 	}
+	return served
 }
 
-// eniAdd serves one address of the pool, presented as its interface's subnet says.
-func (a *Agent) eniAdd(m *ipam.Manager, pool string, ad netip.Addr, ifc string, addressing map[string]ipam.Addressing) {
+// eniAdd serves one address of the pool, presented as its interface's subnet says, and
+// returns its block as the node store keeps it (ok false: not served).
+func (a *Agent) eniAdd(m *ipam.Manager, pool string, ad netip.Addr, ifc string, addressing map[string]ipam.Addressing) (b store.Block, ok bool) {
 	var err error
+	b = store.Block{Pool: pool, CIDR: hostPrefix(ad)}
 	ad2, known := addressing[ifc]
 	switch {
 	case a.opts.ENI.HostRoutes:
-		err = m.AddCIDR(pool, hostPrefix(ad))
+		err = m.AddCIDR(pool, b.CIDR)
 	case !known:
 		// The operator writes status.eni before the pool; an interface it does not list
 		// yet is served once it does, so no pod gets an address without its subnet.
 		a.reportOnce("unknown interface "+ifc, "spec.ipam.pool names an interface status.eni does not list yet; its addresses wait", "interface", ifc)
-		return
+		return b, false
 	case ad2.Bits > 0 && ad2.Bits <= ad.BitLen():
-		err = m.AddCIDRWith(pool, hostPrefix(ad), ad2)
+		b.Bits, b.Gateway = ad2.Bits, ad2.Gateway
+		err = m.AddCIDRWith(pool, b.CIDR, ad2)
 	default:
-		err = m.AddCIDR(pool, hostPrefix(ad))
+		err = m.AddCIDR(pool, b.CIDR)
 	}
 	if err != nil {
 		a.reportOnce("add "+ad.String(), "address of spec.ipam.pool refused", "addr", ad, "err", err)
+		return b, false
 	}
+	return b, true
 }
 
 // eniWriteStatus writes the handshake answers, used and pending, in one write.

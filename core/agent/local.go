@@ -50,10 +50,14 @@ import (
 const (
 	sourceAllotNode = "allotnode" // AllotNode spec.ipam.pools.allocated (multi-pool)
 	sourcePodCIDRs  = "podcidrs"  // Node.spec.podCIDRs (ClusterCIDRConfig / kubernetes mode)
+	sourceENI       = "eni"       // AllotNode spec.ipam.pool and status.eni (ENI mode)
 )
 
 func (a *Agent) source() string {
-	if a.opts.PodCIDRs != nil {
+	switch {
+	case a.opts.ENI != nil:
+		return sourceENI
+	case a.opts.PodCIDRs != nil:
 		return sourcePodCIDRs
 	}
 	return sourceAllotNode
@@ -62,11 +66,12 @@ func (a *Agent) source() string {
 // Restore puts the blocks of the node store into m's pools, before the daemon serves. It
 // returns whether it did: then, as soon as the API server is found unreachable, the manager's
 // pools count as known (NodeRead is closed) and ADDs are answered from them until the first
-// sync with the API server reconciles (Run). Without a
-// store, in ENI mode (its addresses are cloud state the operator republishes) or with no
-// saved state of this node in this mode, it does nothing and ADDs wait for the API server.
+// sync with the API server reconciles (Run). In ENI mode the blocks are the addresses the
+// agent served (never one it answered ready-for-release, see syncENI), each with its
+// subnet's prefix length and router. Without a store or with no saved state of this node in
+// this mode, it does nothing and ADDs wait for the API server.
 func (a *Agent) Restore(ctx context.Context, m *ipam.Manager) (bool, error) {
-	if a.opts.Store == nil || a.opts.ENI != nil {
+	if a.opts.Store == nil {
 		return false, nil
 	}
 	st, ok, err := a.opts.Store.NodeState(ctx)
@@ -86,7 +91,11 @@ func (a *Agent) Restore(ctx context.Context, m *ipam.Manager) (bool, error) {
 	}
 	var added []string
 	for _, b := range st.Blocks {
-		if err := m.AddCIDR(b.Pool, b.CIDR); err != nil {
+		add := func() error { return m.AddCIDR(b.Pool, b.CIDR) }
+		if b.Bits > 0 || b.Gateway.IsValid() {
+			add = func() error { return m.AddCIDRWith(b.Pool, b.CIDR, ipam.Addressing{Bits: b.Bits, Gateway: b.Gateway}) }
+		}
+		if err := add(); err != nil {
 			return false, fmt.Errorf("agent: restore block %s of pool %q from the node store: %w", b.CIDR, b.Pool, err)
 		}
 		added = append(added, b.Pool+":"+b.CIDR.String())
@@ -172,7 +181,11 @@ func (a *Agent) saveBlocks(ctx context.Context, m *ipam.Manager) error {
 	if a.opts.Store == nil {
 		return nil
 	}
-	now := blocksOf(m)
+	return a.saveState(ctx, blocksOf(m))
+}
+
+// saveState writes the blocks now to the node store when they changed since the last write.
+func (a *Agent) saveState(ctx context.Context, now []store.Block) error {
 	a.mu.Lock()
 	same := a.savedOnce && slices.Equal(now, a.saved)
 	a.mu.Unlock()

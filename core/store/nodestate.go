@@ -42,6 +42,11 @@ type NodeState struct {
 type Block struct {
 	Pool string
 	CIDR netip.Prefix
+	// Bits and Gateway are how the block's addresses are presented to pods when that is not
+	// the block itself (ENI mode: a single address with its subnet's prefix length and
+	// router); zero values: the block's own.
+	Bits    int
+	Gateway netip.Addr
 }
 
 type nodeStateJSON struct {
@@ -53,8 +58,10 @@ type nodeStateJSON struct {
 }
 
 type blockJSON struct {
-	Pool string `json:"pool"`
-	CIDR string `json:"cidr"`
+	Pool    string `json:"pool"`
+	CIDR    string `json:"cidr"`
+	Bits    int    `json:"bits,omitempty"`
+	Gateway string `json:"gateway,omitempty"`
 }
 
 func validateNodeState(st NodeState) error {
@@ -68,6 +75,12 @@ func validateNodeState(st NodeState) error {
 		if !b.CIDR.IsValid() || b.CIDR != b.CIDR.Masked() {
 			return &FieldError{Field: fmt.Sprintf("blocks[%d].cidr", i), Reason: fmt.Sprintf("%s is not a masked CIDR", b.CIDR)}
 		}
+		if b.Bits < 0 || b.Bits > b.CIDR.Bits() {
+			return &FieldError{Field: fmt.Sprintf("blocks[%d].bits", i), Reason: fmt.Sprintf("%d is not between 0 and %d", b.Bits, b.CIDR.Bits())}
+		}
+		if b.Gateway.IsValid() && b.Gateway.Is4() != b.CIDR.Addr().Is4() {
+			return &FieldError{Field: fmt.Sprintf("blocks[%d].gateway", i), Reason: fmt.Sprintf("%s is not of the block's family", b.Gateway)}
+		}
 	}
 	return nil
 }
@@ -80,7 +93,11 @@ func (s *Store) PutNodeState(ctx context.Context, st NodeState) error {
 	}
 	v := nodeStateJSON{V: nodeStateVersion, Node: st.Node, Source: st.Source, Blocks: []blockJSON{}, Saved: st.Saved.UTC()}
 	for _, b := range st.Blocks {
-		v.Blocks = append(v.Blocks, blockJSON{Pool: b.Pool, CIDR: b.CIDR.String()})
+		bj := blockJSON{Pool: b.Pool, CIDR: b.CIDR.String(), Bits: b.Bits}
+		if b.Gateway.IsValid() {
+			bj.Gateway = b.Gateway.String()
+		}
+		v.Blocks = append(v.Blocks, bj)
 	}
 	raw, err := json.Marshal(v)
 	if err != nil {
@@ -128,7 +145,13 @@ func decodeNodeState(raw []byte) (NodeState, error) {
 		if err != nil {
 			return NodeState{}, &FieldError{Field: fmt.Sprintf("blocks[%d].cidr", i), Reason: err.Error()}
 		}
-		st.Blocks = append(st.Blocks, Block{Pool: b.Pool, CIDR: c})
+		blk := Block{Pool: b.Pool, CIDR: c, Bits: b.Bits}
+		if b.Gateway != "" {
+			if blk.Gateway, err = netip.ParseAddr(b.Gateway); err != nil {
+				return NodeState{}, &FieldError{Field: fmt.Sprintf("blocks[%d].gateway", i), Reason: err.Error()}
+			}
+		}
+		st.Blocks = append(st.Blocks, blk)
 	}
 	if err := validateNodeState(st); err != nil {
 		return NodeState{}, err

@@ -20,6 +20,8 @@ func TestNodeStateRoundTrip(t *testing.T) {
 	want := NodeState{Node: "node-1", Source: "allotnode", Saved: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), Blocks: []Block{
 		{Pool: "default", CIDR: netip.MustParsePrefix("10.0.0.16/28")},
 		{Pool: "default", CIDR: netip.MustParsePrefix("fd00::10/124")},
+		// An ENI address, presented with its subnet's prefix length and router.
+		{Pool: "default", CIDR: netip.MustParsePrefix("10.1.0.7/32"), Bits: 24, Gateway: netip.MustParseAddr("10.1.0.1")},
 	}}
 	rec := Record{Owner: Owner{ContainerID: "c1", IfName: "eth0"}, Network: "n", Created: want.Saved,
 		Addresses: []Address{{Pool: "default", Prefix: netip.MustParsePrefix("10.0.0.18/28")}}}
@@ -64,6 +66,8 @@ func TestNodeStateRefusesBadFields(t *testing.T) {
 		{NodeState{}, "node"},
 		{NodeState{Node: "n", Blocks: []Block{{CIDR: netip.MustParsePrefix("10.0.0.0/24")}}}, "blocks[0].pool"},
 		{NodeState{Node: "n", Blocks: []Block{{Pool: "p", CIDR: netip.MustParsePrefix("10.0.0.1/24")}}}, "blocks[0].cidr"},
+		{NodeState{Node: "n", Blocks: []Block{{Pool: "p", CIDR: netip.MustParsePrefix("10.0.0.1/32"), Bits: 33}}}, "blocks[0].bits"},
+		{NodeState{Node: "n", Blocks: []Block{{Pool: "p", CIDR: netip.MustParsePrefix("10.0.0.1/32"), Gateway: netip.MustParseAddr("fd00::1")}}}, "blocks[0].gateway"},
 	} {
 		err := s.PutNodeState(ctx, tc.st)
 		var fe *FieldError
