@@ -2,6 +2,7 @@ package pluginrpc
 
 import (
 	"fmt"
+	"runtime"
 
 	"github.com/hashicorp/go-plugin"
 	"google.golang.org/grpc"
@@ -86,9 +87,31 @@ func HostPlugins() plugin.PluginSet {
 	}
 }
 
-// transportWindow is the fixed HTTP/2 flow-control window of both ends (see serve and
-// HostDialOptions).
+// transportWindow is the fixed HTTP/2 flow-control window of both ends (see
+// PluginServerOptions and HostDialOptions).
 const transportWindow = 1 << 20
+
+// goPluginStreams is how many streams go-plugin keeps open for a connection's life (its
+// broker's StartStream and its stdio's StreamStdio); each holds a gRPC stream worker.
+const goPluginStreams = 2
+
+// PluginServerOptions are the transport options of the plugin's gRPC server, which the
+// Serve helpers use (a plugin serving through Serve with its own server should pass them
+// too):
+//   - a fixed flow-control window turns off gRPC's BDP estimation, whose pings cost an
+//     extra encrypted write and wake-up on each side for many calls (a local pipe needs no
+//     flow-control tuning);
+//   - stream workers run calls on reused goroutines, one per P beside the ones go-plugin's
+//     long-lived streams hold. With fewer, every call found them all busy and started a
+//     goroutine, whose stack then grew (copied) on the way to the policy: ~4% of a pool
+//     policy plugin's CPU time per call.
+func PluginServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.InitialWindowSize(transportWindow),
+		grpc.InitialConnWindowSize(transportWindow),
+		grpc.NumStreamWorkers(uint32(max(1, runtime.GOMAXPROCS(0)) + goPluginStreams)),
+	}
+}
 
 // HostDialOptions are the gRPC dial options a host passes in go-plugin's
 // ClientConfig.GRPCDialOptions: the hand-written codec is per call, these set the

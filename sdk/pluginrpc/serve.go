@@ -3,7 +3,6 @@ package pluginrpc
 import (
 	"fmt"
 	"os"
-	"runtime"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-plugin"
@@ -50,19 +49,11 @@ func serve(kind Kind, info Info, p plugin.Plugin) {
 		HandshakeConfig: Handshake,
 		Plugins:         plugin.PluginSet{string(kind): p},
 		GRPCServer: func(opts []grpc.ServerOption) *grpc.Server {
-			return grpc.NewServer(append(opts,
+			opts = append(opts,
 				grpc.ChainUnaryInterceptor(recoverUnary),
 				// Hand-written protobuf for SelectPodPools (codec.go).
-				serverCodec(),
-				// A fixed window turns off gRPC's BDP estimation, whose pings cost an extra
-				// encrypted write and wake-up on each side for many calls; a local pipe
-				// needs no flow-control tuning.
-				grpc.InitialWindowSize(transportWindow),
-				grpc.InitialConnWindowSize(transportWindow),
-				// Reuse handler goroutines instead of starting one per call (go-plugin calls
-				// are small and frequent; a pool of workers saves a goroutine start each).
-				grpc.NumStreamWorkers(uint32(max(1, runtime.GOMAXPROCS(0)))),
-			)...)
+				serverCodec())
+			return grpc.NewServer(append(opts, PluginServerOptions()...)...)
 		},
 		// JSON on stderr: the host parses it and re-logs each line with its level and fields.
 		Logger: hclog.New(&hclog.LoggerOptions{

@@ -77,15 +77,15 @@ func (Plugin) GRPCClient(_ context.Context, _ *plugin.GRPCBroker, cc *grpc.Clien
 	return cc, nil
 }
 
-// Serve serves the echo with the server options of pluginrpc's Serve helpers (the fixed
-// flow-control window, one stream worker per P; GOMAXPROCS is 1 in a plugin).
+// Serve serves the echo with the server options of pluginrpc's Serve helpers
+// (pluginrpc.PluginServerOptions: the fixed flow-control window, the stream workers).
 func Serve() {
 	pluginrpc.Serve(&plugin.ServeConfig{ // not plugin.Serve: pluginrpc diverts stdout until then
 		HandshakeConfig: pluginrpc.Handshake,
 		Plugins:         plugin.PluginSet{"echo": Plugin{}},
 		GRPCServer: func(opts []grpc.ServerOption) *grpc.Server {
-			return grpc.NewServer(append(opts, grpc.ForceServerCodecV2(Codec{}), grpc.NumStreamWorkers(1),
-				grpc.InitialWindowSize(1<<20), grpc.InitialConnWindowSize(1<<20))...)
+			opts = append(opts, grpc.ForceServerCodecV2(Codec{}))
+			return grpc.NewServer(append(opts, pluginrpc.PluginServerOptions()...)...)
 		},
 	})
 }
