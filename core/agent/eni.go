@@ -170,13 +170,14 @@ func (a *Agent) eniServe(m *ipam.Manager, pool string, node *v1alpha1.AllotNode,
 			served = append(served, b)
 		}
 	}
+	v6 := a.eniIPv6Addressing()
 	for _, p := range prefixes {
 		// Pods get single addresses of the /80, as from the AWS VPC CNI's IPv6 prefix.
-		if err := m.AddCIDR(pool, p); err != nil {
+		if err := m.AddCIDRWith(pool, p, v6); err != nil {
 			a.reportOnce("add "+p.String(), "IPv6 prefix of status.eni refused", "prefix", p, "err", err)
 			continue
 		}
-		served = append(served, store.Block{Pool: pool, CIDR: p})
+		served = append(served, store.Block{Pool: pool, CIDR: p, Bits: v6.Bits, Gateway: v6.Gateway})
 	}
 	// Addresses that left the pool without the handshake (the cloud lost them): out, unless
 	// a pod holds one (kept, and reported, until it is released).
@@ -195,6 +196,21 @@ func (a *Agent) eniServe(m *ipam.Manager, pool string, node *v1alpha1.AllotNode,
 		}
 	}
 	return served
+}
+
+// eniIPv6LinkGateway is the next hop of a pod's IPv6 default route in ENI mode: the AWS VPC
+// CNI's dummy link-local gateway (its driver routes ::/0 via fe80::1 on the pod's veth).
+var eniIPv6LinkGateway = netip.MustParseAddr("fe80::1")
+
+// eniIPv6Addressing is how an address of the node's IPv6 /80 is presented to a pod, as the
+// AWS VPC CNI presents it: a /128 (the rest of the /80 belongs to other pods on other veths,
+// not to the pod's link) with a link-local gateway; with hostRoutes a /128 without gateway,
+// like an IPv4 address then.
+func (a *Agent) eniIPv6Addressing() ipam.Addressing {
+	if a.opts.ENI.HostRoutes {
+		return ipam.Addressing{Bits: 128}
+	}
+	return ipam.Addressing{Bits: 128, Gateway: eniIPv6LinkGateway}
 }
 
 // eniAdd serves one address of the pool, presented as its interface's subnet says, and

@@ -305,12 +305,13 @@ type Addressing struct {
 	Gateway netip.Addr
 }
 
-// AddCIDRWith is AddCIDR whose addresses are presented with ad (ad.Bits must not be longer
-// than the block's; the gateway, if set, of the block's family). Adding a block the pool
-// already has updates its addressing for later allocations.
+// AddCIDRWith is AddCIDR whose addresses are presented with ad (ad.Bits at most the
+// family's length: a single address's subnet, or a host address of a larger block, as ENI
+// mode presents the addresses of an IPv6 /80; the gateway, if set, of the block's family).
+// Adding a block the pool already has updates its addressing for later allocations.
 func (m *Manager) AddCIDRWith(name string, c netip.Prefix, ad Addressing) error {
-	if !c.IsValid() || ad.Bits < 0 || ad.Bits > c.Bits() {
-		return fmt.Errorf("ipam: pool %q: block %s: addressing prefix length %d must be between 0 and %d", name, c, ad.Bits, c.Bits())
+	if !c.IsValid() || ad.Bits < 0 || ad.Bits > c.Addr().BitLen() {
+		return fmt.Errorf("ipam: pool %q: block %s: addressing prefix length %d must be between 0 and %d", name, c, ad.Bits, c.Addr().BitLen())
 	}
 	if ad.Gateway.IsValid() && ad.Gateway.Is4() != c.Addr().Is4() {
 		return fmt.Errorf("ipam: pool %q: block %s: gateway %s is of another family", name, c, ad.Gateway)

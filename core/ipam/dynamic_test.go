@@ -138,6 +138,24 @@ func TestDynamicDualStackSameName(t *testing.T) {
 	}
 }
 
+// ENI mode presents an address of an IPv6 /80 as a host address with a link-local gateway,
+// as the AWS VPC CNI does: the addressing may be longer than the block, never longer than
+// the family.
+func TestDynamicHostAddressingOfLargerBlock(t *testing.T) {
+	r := newDynRig(t, time.Second)
+	mustNoErr(t, r.m.AddCIDR("default", pfx("10.1.0.0/30")))
+	gw := netip.MustParseAddr("fe80::1")
+	if err := r.m.AddCIDRWith("default", pfx("2600:1f18::/80"), Addressing{Bits: 129, Gateway: gw}); err == nil || !strings.Contains(err.Error(), "between 0 and 128") {
+		t.Fatalf("addressing /129: %v", err)
+	}
+	mustNoErr(t, r.m.AddCIDRWith("default", pfx("2600:1f18::/80"), Addressing{Bits: 128, Gateway: gw}))
+	a, err := r.m.Allocate(context.Background(), podAdd("c1", "p1"))
+	mustNoErr(t, err)
+	if len(a.IPs) != 2 || a.IPs[1].Address != "2600:1f18::1/128" || a.IPs[1].Gateway != "fe80::1" {
+		t.Fatalf("allocation %+v", a.IPs)
+	}
+}
+
 func TestDynamicOverlapRefused(t *testing.T) {
 	r := newDynRig(t, time.Second)
 	mustNoErr(t, r.m.AddCIDR("a", pfx("10.1.0.0/24")))

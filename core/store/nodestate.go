@@ -75,8 +75,8 @@ func validateNodeState(st NodeState) error {
 		if !b.CIDR.IsValid() || b.CIDR != b.CIDR.Masked() {
 			return &FieldError{Field: fmt.Sprintf("blocks[%d].cidr", i), Reason: fmt.Sprintf("%s is not a masked CIDR", b.CIDR)}
 		}
-		if b.Bits < 0 || b.Bits > b.CIDR.Bits() {
-			return &FieldError{Field: fmt.Sprintf("blocks[%d].bits", i), Reason: fmt.Sprintf("%d is not between 0 and %d", b.Bits, b.CIDR.Bits())}
+		if b.Bits < 0 || b.Bits > b.CIDR.Addr().BitLen() {
+			return &FieldError{Field: fmt.Sprintf("blocks[%d].bits", i), Reason: fmt.Sprintf("%d is not between 0 and %d", b.Bits, b.CIDR.Addr().BitLen())}
 		}
 		if b.Gateway.IsValid() && b.Gateway.Is4() != b.CIDR.Addr().Is4() {
 			return &FieldError{Field: fmt.Sprintf("blocks[%d].gateway", i), Reason: fmt.Sprintf("%s is not of the block's family", b.Gateway)}

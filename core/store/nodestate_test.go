@@ -22,6 +22,8 @@ func TestNodeStateRoundTrip(t *testing.T) {
 		{Pool: "default", CIDR: netip.MustParsePrefix("fd00::10/124")},
 		// An ENI address, presented with its subnet's prefix length and router.
 		{Pool: "default", CIDR: netip.MustParsePrefix("10.1.0.7/32"), Bits: 24, Gateway: netip.MustParseAddr("10.1.0.1")},
+		// An ENI IPv6 /80, its addresses presented as host addresses with a link-local gateway.
+		{Pool: "default", CIDR: netip.MustParsePrefix("2600:1f18::/80"), Bits: 128, Gateway: netip.MustParseAddr("fe80::1")},
 	}}
 	rec := Record{Owner: Owner{ContainerID: "c1", IfName: "eth0"}, Network: "n", Created: want.Saved,
 		Addresses: []Address{{Pool: "default", Prefix: netip.MustParsePrefix("10.0.0.18/28")}}}
@@ -66,7 +68,7 @@ func TestNodeStateRefusesBadFields(t *testing.T) {
 		{NodeState{}, "node"},
 		{NodeState{Node: "n", Blocks: []Block{{CIDR: netip.MustParsePrefix("10.0.0.0/24")}}}, "blocks[0].pool"},
 		{NodeState{Node: "n", Blocks: []Block{{Pool: "p", CIDR: netip.MustParsePrefix("10.0.0.1/24")}}}, "blocks[0].cidr"},
-		{NodeState{Node: "n", Blocks: []Block{{Pool: "p", CIDR: netip.MustParsePrefix("10.0.0.1/32"), Bits: 33}}}, "blocks[0].bits"},
+		{NodeState{Node: "n", Blocks: []Block{{Pool: "p", CIDR: netip.MustParsePrefix("10.0.0.0/24"), Bits: 33}}}, "blocks[0].bits"},
 		{NodeState{Node: "n", Blocks: []Block{{Pool: "p", CIDR: netip.MustParsePrefix("10.0.0.1/32"), Gateway: netip.MustParseAddr("fd00::1")}}}, "blocks[0].gateway"},
 	} {
 		err := s.PutNodeState(ctx, tc.st)

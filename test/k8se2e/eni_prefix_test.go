@@ -168,7 +168,7 @@ func (n *node) serves(ctx context.Context, p netip.Prefix) (bool, string) {
 }
 
 // checkDualStack checks that every pod holds one IPv4 address and one IPv6 address of its
-// node's /80, and returns the IPv6 addresses held.
+// node's /80 (presented as a /128 via fe80::1), and returns the IPv6 addresses held.
 func (e *eniEnv) checkDualStack(ctx context.Context) map[netip.Addr]string {
 	t := e.t
 	t.Helper()
@@ -194,6 +194,10 @@ func (e *eniEnv) checkDualStack(ctx context.Context) map[netip.Addr]string {
 				}
 				v6++
 				held[a] = n.name + "/" + al.Pod.Name
+				// As the AWS VPC CNI presents it: a host address, the next hop link-local.
+				if netip.MustParsePrefix(ip.Address).Bits() != 128 || ip.Gateway != "fe80::1" {
+					t.Errorf("%s/%s: IPv6 %s via %q, want a /128 via fe80::1", n.name, al.Pod.Name, ip.Address, ip.Gateway)
+				}
 				if !e.inIPv6Prefix(n.name, a) {
 					t.Errorf("%s/%s holds %s, outside its node's /80 %v", n.name, al.Pod.Name, a, e.ec2Prefixes6(n.name))
 				}
