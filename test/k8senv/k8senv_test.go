@@ -175,13 +175,7 @@ func TestWriteKubeconfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := client.New(cfg, client.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := c.Create(ctx, newConfigMap("from-kubeconfig")); err != nil {
+	if err := createConfigMap(t, cfg, "from-kubeconfig"); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -238,13 +232,7 @@ func TestServiceAccountConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := client.New(cfg, client.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	err = c.Create(ctx, newConfigMap("as-agent"))
+	err = createConfigMap(t, cfg, "as-agent")
 	if want := `"system:serviceaccount:kube-system:agent" cannot create`; err == nil || !strings.Contains(err.Error(), want) {
 		t.Fatalf("create as the ServiceAccount: got %v, want a refusal containing %s", err, want)
 	}
