@@ -59,7 +59,7 @@ func TestENIPrefixDelegation(t *testing.T) {
 	})
 	ctx := context.Background()
 	// 20 pods + pre-allocate 8 (eni-01: 4) = 28 (24) addresses: two /28s per node.
-	e.scaleAll(ctx, func(int) int { return 20 })
+	e.scaleAll(t, ctx, func(int) int { return 20 })
 	eventually(t, "two /28s per node serve the pods", 60*time.Second, func() (bool, string) { return e.prefixState(2) })
 	e.checkNoDuplicates(ctx)
 	if n := e.fake.Calls("AssignPrivateIpAddresses"); n > 4*len(e.nodes) {
@@ -69,7 +69,7 @@ func TestENIPrefixDelegation(t *testing.T) {
 
 	// No pod left: 32 - 8 (4) pre-allocated = 24 (28) excess: one whole /28 goes back per
 	// node, the other stays for the pre-allocation.
-	e.scaleAll(ctx, func(int) int { return 0 })
+	e.scaleAll(t, ctx, func(int) int { return 0 })
 	eventually(t, "one /28 released per node", 60*time.Second, func() (bool, string) { return e.prefixState(1) })
 	if got := e.fake.SubnetFree(e.subnets[0]); got != free+16*uint64(len(e.nodes)) {
 		t.Errorf("subnet free %d after the release, want %d (whole /28s back)", got, free+16*uint64(len(e.nodes)))
@@ -78,7 +78,7 @@ func TestENIPrefixDelegation(t *testing.T) {
 
 	// Scale up again: 13 pods + 8 (4) = 21 (17): the pods get addresses of the remaining /28
 	// and of a new one.
-	e.scaleAll(ctx, func(int) int { return 13 })
+	e.scaleAll(t, ctx, func(int) int { return 13 })
 	eventually(t, "pods served again", 60*time.Second, func() (bool, string) { return e.prefixState(2) })
 	e.checkNoDuplicates(ctx)
 }
@@ -251,7 +251,7 @@ func TestENIIPv6PrefixDelegation(t *testing.T) {
 		t.Errorf("%d AssignIpv6Addresses calls for %d nodes", n, len(e.nodes))
 	}
 
-	e.scaleAll(ctx, func(int) int { return 20 })
+	e.scaleAll(t, ctx, func(int) int { return 20 })
 	eventually(t, "two /28s per node serve the pods", 60*time.Second, func() (bool, string) { return e.prefixState(2) })
 	first := e.checkDualStack(ctx)
 	if len(first) != 20*len(e.nodes) {
@@ -260,11 +260,11 @@ func TestENIIPv6PrefixDelegation(t *testing.T) {
 	e.checkNoDuplicates(ctx)
 
 	// DEL gives both families back: nothing held, on the agents or in status.ipam.used.
-	e.scaleAll(ctx, func(int) int { return 0 })
+	e.scaleAll(t, ctx, func(int) int { return 0 })
 	eventually(t, "every address released", 30*time.Second, func() (bool, string) { return e.released(ctx) })
 
 	// Served again from the same /80s, which stay (one per node, never released).
-	e.scaleAll(ctx, func(int) int { return 13 })
+	e.scaleAll(t, ctx, func(int) int { return 13 })
 	again := e.checkDualStack(ctx)
 	if len(again) != 13*len(e.nodes) {
 		t.Errorf("%d distinct IPv6 addresses held by %d pods", len(again), 13*len(e.nodes))

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -294,7 +295,16 @@ func (e *eniEnv) scale(ctx context.Context, n *node, want int) error {
 				return n.d.Agent().CachedGet(ctx, types.NamespacedName{Namespace: p.Namespace, Name: p.Name}, &corev1.Pod{}) == nil, ""
 			})
 			ccancel()
-			if _, err := n.add(ctx, p); err != nil {
+			// The kubelet retries an ADD that failed (here: one that outlived its 30 s, as when
+			// a loaded machine held up the operator's Lease renewal and with it new ENI
+			// addresses); the same container's ADD again is idempotent.
+			var err error
+			for try := 0; try < 3; try++ {
+				if _, err = n.add(ctx, p); err == nil || !errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
+					break
+				}
+			}
+			if err != nil {
 				errs <- fmt.Errorf("%s: ADD %s: %w", n.name, p.Name, err)
 				return
 			}
@@ -312,8 +322,9 @@ func (e *eniEnv) scale(ctx context.Context, n *node, want int) error {
 }
 
 // scaleAll scales every node in parallel; want gives the target per node index.
-func (e *eniEnv) scaleAll(ctx context.Context, want func(i int) int) {
-	e.t.Helper()
+// t is the (sub)test calling: FailNow must run in its goroutine.
+func (e *eniEnv) scaleAll(t testing.TB, ctx context.Context, want func(i int) int) {
+	t.Helper()
 	var wg sync.WaitGroup
 	errs := make(chan error, len(e.nodes))
 	for i, n := range e.nodes {
@@ -328,7 +339,7 @@ func (e *eniEnv) scaleAll(ctx context.Context, want func(i int) int) {
 	wg.Wait()
 	close(errs)
 	for err := range errs {
-		e.t.Fatal(err)
+		t.Fatal(err)
 	}
 }
 
@@ -487,7 +498,7 @@ func TestENIMode(t *testing.T) {
 
 	t.Run("scale up with surge", func(t *testing.T) {
 		start := time.Now()
-		e.scaleAll(ctx, func(i int) int { return 10 })
+		e.scaleAll(t, ctx, func(i int) int { return 10 })
 		eventually(t, "pods served and pre-allocation restored", 60*time.Second, func() (bool, string) { return e.settled(false) })
 		e.checkNoDuplicates(ctx)
 		// Pods get their subnet's prefix length and router.
@@ -542,7 +553,7 @@ func TestENIMode(t *testing.T) {
 				}
 			}
 		}()
-		e.scaleAll(ctx, func(i int) int { return 2 })
+		e.scaleAll(t, ctx, func(i int) int { return 2 })
 		eventually(t, "excess released", 60*time.Second, func() (bool, string) { return e.settled(true) })
 		close(stop)
 		watch.Wait()
@@ -559,10 +570,10 @@ func TestENIMode(t *testing.T) {
 		e.fake.SetRandomFault("", 0.2, "RequestLimitExceeded")
 		e.fake.SetRandomFault("", 0.05, "InternalError")
 		stats0 := e.fake.Stats()
-		e.scaleAll(ctx, func(i int) int { return 5 + i%6 })
+		e.scaleAll(t, ctx, func(i int) int { return 5 + i%6 })
 		eventually(t, "scaled up under faults", 90*time.Second, func() (bool, string) { return e.settled(false) })
 		e.checkNoDuplicates(ctx)
-		e.scaleAll(ctx, func(i int) int { return 1 })
+		e.scaleAll(t, ctx, func(i int) int { return 1 })
 		eventually(t, "scaled down under faults", 90*time.Second, func() (bool, string) { return e.settled(true) })
 		e.fake.ClearFaults()
 		e.checkNoDuplicates(ctx)
@@ -587,7 +598,7 @@ func TestENIMode(t *testing.T) {
 		if got := e.mutations() - m0; got != 0 {
 			t.Errorf("the restarted operator made %d mutating EC2 calls for a cluster that needed none", got)
 		}
-		e.scaleAll(ctx, func(i int) int { return 10 })
+		e.scaleAll(t, ctx, func(i int) int { return 10 })
 		eventually(t, "converged after restart", 60*time.Second, func() (bool, string) { return e.settled(false) })
 		e.checkNoDuplicates(ctx)
 		t.Logf("after restart: %d ENIs before, %d after; %d mutating calls to serve 10 pods per node", enisBefore, len(e.fake.ENIs()), e.mutations()-m0)
@@ -636,10 +647,10 @@ func TestENIModePluginProcess(t *testing.T) {
 	})
 	ctx := context.Background()
 	eventually(t, "pre-allocated through the plugin", 60*time.Second, func() (bool, string) { return e.settled(true) })
-	e.scaleAll(ctx, func(i int) int { return 10 })
+	e.scaleAll(t, ctx, func(i int) int { return 10 })
 	eventually(t, "pods served through the plugin", 60*time.Second, func() (bool, string) { return e.settled(false) })
 	e.checkNoDuplicates(ctx)
-	e.scaleAll(ctx, func(i int) int { return 1 })
+	e.scaleAll(t, ctx, func(i int) int { return 1 })
 	eventually(t, "released through the plugin", 60*time.Second, func() (bool, string) { return e.settled(true) })
 	e.checkNoDuplicates(ctx)
 }
