@@ -32,9 +32,10 @@ type encodedPodDecision []byte
 // error for the handler, which answers it as an ErrInvalid status as before (a codec error
 // would become an opaque Internal error).
 type podRequestIn struct {
-	req  *policy.PodRequest
-	refs refsIn // pool references (poolrefs.go)
-	err  error
+	req     *policy.PodRequest
+	refs    refsIn // pool references (poolrefs.go)
+	err     error
+	slotBuf [24]slot // refs.slots' first backing array, allocated with the rest
 }
 
 // podDecisionIn receives a PodDecision, likewise.
@@ -68,7 +69,7 @@ func (c fastCodec) Unmarshal(data mem.BufferSlice, v any) error {
 		b := contiguous(data)
 		v.req, v.err = wire.DecodePodRequest(b)
 		if v.err == nil {
-			if v.refs, v.err = scanRefs(b); v.err != nil {
+			if v.refs, v.err = scanRefs(b, v.slotBuf[:0]); v.err != nil {
 				v.err = fmt.Errorf("%w: pod request: %w", wire.ErrInvalid, v.err)
 			}
 		}
@@ -133,10 +134,24 @@ func fastSelectPodPoolsHandler(srv any, ctx context.Context, dec func(any) error
 	if interceptor == nil {
 		return s.selectPodPoolsFast(ctx, in)
 	}
+	if isRecoverUnary(interceptor) {
+		// The Serve helpers' only interceptor: recovering here does what it does without
+		// the call info and closure it costs per call.
+		return s.selectPodPoolsRecovered(ctx, in)
+	}
 	info := &grpc.UnaryServerInfo{Server: srv, FullMethod: rpc.PoolPolicy_SelectPodPools_FullMethodName}
 	return interceptor(ctx, in, info, func(ctx context.Context, req any) (any, error) {
 		return s.selectPodPoolsFast(ctx, req.(*podRequestIn))
 	})
+}
+
+func (s *poolPolicyServer) selectPodPoolsRecovered(ctx context.Context, in *podRequestIn) (resp any, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			resp, err = nil, panicked(rpc.PoolPolicy_SelectPodPools_FullMethodName, r)
+		}
+	}()
+	return s.selectPodPoolsFast(ctx, in)
 }
 
 func (s *poolPolicyServer) selectPodPoolsFast(ctx context.Context, in *podRequestIn) (any, error) {

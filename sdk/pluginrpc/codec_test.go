@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -64,5 +65,16 @@ func TestFastClientRejectsBadDecision(t *testing.T) {
 		if !errors.Is(err, wire.ErrInvalid) || !strings.Contains(err.Error(), "ipv4[1].pool: empty pool name") {
 			t.Errorf("%s: %v, want ErrInvalid naming ipv4[1].pool", srv.name, err)
 		}
+	}
+}
+
+// TestIsRecoverUnary: the fast handler recognises the Serve helpers' interceptor (else it
+// would take the slower general path without anyone noticing), and no other.
+func TestIsRecoverUnary(t *testing.T) {
+	other := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		return h(ctx, req)
+	}
+	if !isRecoverUnary(recoverUnary) || isRecoverUnary(other) {
+		t.Errorf("isRecoverUnary: recoverUnary %v, another interceptor %v", isRecoverUnary(recoverUnary), isRecoverUnary(other))
 	}
 }

@@ -279,9 +279,10 @@ type refsIn struct {
 	ids    bool
 }
 
-// scanRefs reads the pool-reference fields of a request (the decoder skipped them). A
-// request without any (from a host built with an earlier SDK) costs no allocation.
-func scanRefs(b []byte) (refsIn, error) {
+// scanRefs reads the pool-reference fields of a request (the decoder skipped them) into
+// slots' backing array, if it has room. A request without any (from a host built with an
+// earlier SDK) leaves refsIn.slots nil.
+func scanRefs(b []byte, buf []slot) (refsIn, error) {
 	var r refsIn
 	var next uint64 // id of the next full record
 	plain := 0      // full records before the first id or reference
@@ -306,7 +307,10 @@ func scanRefs(b []byte) (refsIn, error) {
 		}
 		b = b[n:]
 		if r.slots == nil && (num == fReqPoolID || num == fReqPoolRefs) {
-			r.slots = make([]slot, plain, plain+32)
+			if cap(buf) < plain+1 {
+				buf = make([]slot, 0, plain+32)
+			}
+			r.slots = buf[:plain]
 		}
 		var err error
 		switch {

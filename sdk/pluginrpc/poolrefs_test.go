@@ -188,11 +188,11 @@ func TestPoolRefsConcurrent(t *testing.T) {
 // TestScanRefsRejectsTruncated: a malformed reference run is an invalid request.
 func TestScanRefsRejectsTruncated(t *testing.T) {
 	b := flushRun(nil, []byte{0x81}) // an id varint cut short
-	if _, err := scanRefs(b); err == nil {
+	if _, err := scanRefs(b, nil); err == nil {
 		t.Fatal("truncated reference accepted")
 	}
 	b = flushRun(nil, []byte{1}) // an id without its free count
-	if _, err := scanRefs(b); err == nil {
+	if _, err := scanRefs(b, nil); err == nil {
 		t.Fatal("reference without free count accepted")
 	}
 }

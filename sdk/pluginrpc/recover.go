@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"reflect"
 	"runtime/debug"
 
 	"google.golang.org/grpc"
@@ -15,9 +16,22 @@ import (
 func recoverUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			fmt.Fprintf(os.Stderr, "panic in %s: %v\n%s", info.FullMethod, r, debug.Stack())
-			resp, err = nil, toStatus(fmt.Errorf("%w in %s: %v", ErrPluginPanic, info.FullMethod, r))
+			resp, err = nil, panicked(info.FullMethod, r)
 		}
 	}()
 	return handler(ctx, req)
+}
+
+// panicked logs a handler's panic r with its stack and returns the error the call answers.
+func panicked(method string, r any) error {
+	fmt.Fprintf(os.Stderr, "panic in %s: %v\n%s", method, r, debug.Stack())
+	return toStatus(fmt.Errorf("%w in %s: %v", ErrPluginPanic, method, r))
+}
+
+// recoverUnaryPC identifies recoverUnary among interceptors: a handler given it as the
+// server's only interceptor may recover inline instead (see fastSelectPodPoolsHandler).
+var recoverUnaryPC = reflect.ValueOf(recoverUnary).Pointer()
+
+func isRecoverUnary(i grpc.UnaryServerInterceptor) bool {
+	return reflect.ValueOf(i).Pointer() == recoverUnaryPC
 }
