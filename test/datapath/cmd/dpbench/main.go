@@ -84,6 +84,7 @@ type costs struct {
 	ingressNs float64
 	floorNs   float64 // the empty program behind ours, both hooks
 	runCnt    uint64
+	usPerConn float64       // program time per connection of the conn/s phase, both hooks
 	phaseNs   [3]float64    // ns/packet during the tcp, udp and conn/s phases
 	phaseDir  [3][2]float64 // the same, egress and ingress apart
 	phaseCnt  [3]uint64     // runs (egress+ingress) during each phase
@@ -252,14 +253,18 @@ func measureCost(log *slog.Logger) (c costs, err error) {
 		return c, fmt.Errorf("enable bpf stats: %w", err)
 	}
 	defer stats.Close()
-	_, marks, err := phases(context.Background(), r.tp, []*cebpf.Program{eg, in, floor, floor})
+	f, marks, err := phases(context.Background(), r.tp, []*cebpf.Program{eg, in, floor, floor})
 	if err != nil {
 		return c, err
 	}
 	if st, err := r.dp.Status(context.Background()); err == nil && *verbose {
 		fmt.Fprintf(os.Stderr, "dpbench: ebpf status: %v\n", st.Detail)
 	}
-	return costsOf(marks), nil
+	c = costsOf(marks)
+	// The eBPF masquerade's own share of a connection, measured rather
+	// than inferred from rates: program time over the phase's connections.
+	c.usPerConn = div(c.phaseNs[2]*float64(c.phaseCnt[2]), f.connPerS*duration.Seconds()) / 1e3
+	return c, nil
 }
 
 // reuseTimeWait lets the conn/s client (pod1) reuse its TIME_WAIT ports
@@ -594,6 +599,8 @@ func printCosts(cs []costs) {
 			get(func(c costs) float64 { return c.phaseDir[p][1] }),
 			100*get(func(c costs) float64 { return div(float64(c.phaseCnt[p]), float64(c.runCnt)) }))
 	}
+	fmt.Printf("  program time per connection of the conn/s phase (its share of a connection, measured): %.2f us\n",
+		get(func(c costs) float64 { return c.usPerConn }))
 	if floor := get(func(c costs) float64 { return c.floorNs }); floor > 0 {
 		fmt.Printf("  empty program on the same hooks (the statistics' own cost per run, included above): %.0f ns\n", floor)
 		fmt.Printf("  above the empty program (our programs' own work): %.0f ns/packet (egress %.0f, ingress %.0f)\n",
