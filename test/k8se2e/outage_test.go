@@ -202,11 +202,13 @@ func TestAgentStartsWithoutAPIServer(t *testing.T) {
 		// the node's IPv4 block is taken out of its AllotNode while pods hold addresses of it.
 		stopOp()
 		n.stop()
-		lostBlocks := takeBlockAway(t, cl, true)
-		if len(lostBlocks) != 1 {
-			t.Fatalf("node-1 had IPv4 blocks %v, want one", lostBlocks)
+		// Usually one IPv4 block; a second one when a sync counted a burst of ADDs as
+		// pending (Cilium's neededIPs rounds inUse + pending + preAlloc up to preAlloc).
+		// Every IPv4 block is taken, so "no other IPv4 block" below holds either way.
+		lost := takeBlockAway(t, cl, true)
+		inLost := func(a netip.Addr) bool {
+			return slices.ContainsFunc(lost, func(b netip.Prefix) bool { return b.Contains(a) })
 		}
-		lost := lostBlocks[0]
 		env.StopAPIServer()
 		n.start()
 		eventually(t, "the agent serves from its node store", 10*time.Second, func() (bool, string) {
@@ -228,7 +230,7 @@ func TestAgentStartsWithoutAPIServer(t *testing.T) {
 		var want []string
 		for pod, as := range holdings(t, n) {
 			for _, s := range as {
-				if lost.Contains(netip.MustParsePrefix(s).Addr()) {
+				if inLost(netip.MustParsePrefix(s).Addr()) {
 					want = append(want, pod+"="+netip.MustParsePrefix(s).Addr().String())
 				}
 			}
@@ -245,7 +247,7 @@ func TestAgentStartsWithoutAPIServer(t *testing.T) {
 		slices.Sort(want)
 		slices.Sort(got)
 		if len(want) != 5 || !slices.Equal(got, want) {
-			t.Fatalf("orphans reported %v, want the 5 IPv4 addresses of the lost block %s: %v", got, lost, want)
+			t.Fatalf("orphans reported %v, want the 5 IPv4 addresses of the lost blocks %v: %v", got, lost, want)
 		}
 		// Nothing more comes from the lost block: with the operator stopped there is no
 		// other IPv4 block, so an ADD fails instead of reusing the block.
@@ -274,7 +276,7 @@ func TestAgentStartsWithoutAPIServer(t *testing.T) {
 		}
 		noDuplicates(t, holdings(t, n))
 		cl.checkInvariants(ctx)
-		t.Logf("after the lost block %s: %v", lost, addrsOf(a))
+		t.Logf("after the lost blocks %v: %v", lost, addrsOf(a))
 	})
 
 	t.Run("a block taken away while the agent was stopped is not served when the API server answers", func(t *testing.T) {
