@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"time"
 
@@ -55,6 +56,61 @@ func (s *Store) submit(ctx context.Context, o *op) error {
 	}
 }
 
+// commitLoop is the single writer. It blocks for the first op, then takes
+// whatever else is already queued (up to maxBatch): ops that arrive during a
+// commit's fsync pile up in the queue and form the next batch, so the batch
+// size adapts to load with no added latency when idle.
+//
+// Under a closed-loop load (N callers, each waiting for its answer before its
+// next write, as CNI runtimes and allot-cni are) that alone settles into two
+// alternating half-size batches: the callers answered by one commit come back
+// while the next is already running. So after a commit the loop expects the
+// callers it just answered to return, and waits for them (see gather) before
+// committing: one commit then carries all N writes instead of N/2, which
+// nearly doubles throughput when fsync dominates. A lone caller never waits:
+// its expected batch is itself.
+func (s *Store) commitLoop() {
+	defer close(s.done)
+	defer s.finish()
+	batch := make([]*op, 0, s.maxBatch)
+	var timer *time.Timer
+	tick := time.NewTicker(s.ckptInterval)
+	defer tick.Stop()
+	expect := 0 // writes expected in the next batch
+	for {
+		var first *op
+		var ok bool
+		select {
+		case first, ok = <-s.queue:
+		case <-tick.C:
+			// A quiet store's writes move into the file too, not only a busy one's.
+			if !s.ckptBusy.Load() {
+				s.freeze()
+			}
+			continue
+		}
+		if !ok {
+			return
+		}
+		batch = append(batch[:0], first)
+		open := s.drain(&batch)
+		if open && len(batch) < expect {
+			if timer == nil {
+				timer = time.NewTimer(time.Hour)
+				timer.Stop()
+			}
+			open = s.gather(&batch, min(expect, s.maxBatch), timer)
+		}
+		s.commit(batch)
+		// Those just answered, plus those that queued up meanwhile.
+		expect = len(batch) + len(s.queue)
+		clear(batch) // drop references to values already answered
+		if !open {
+			return
+		}
+	}
+}
+
 // finish stops the checkpointer once the committer is done and checkpoints the rest.
 func (s *Store) finish() {
 	close(s.stopping)
@@ -102,6 +158,46 @@ func (s *Store) gather(batch *[]*op, target int, timer *time.Timer) bool {
 		}
 	}
 	return true
+}
+
+// commit appends batch to the log as one frame, syncs it and answers every op with the
+// same outcome. Only then does the batch enter the overlay that reads see, and the
+// checkpoint that moves it into the bbolt file comes later, off this path.
+func (s *Store) commit(batch []*op) {
+	if err := s.failure(); err != nil {
+		answer(batch, err)
+		return
+	}
+	start := time.Now()
+	written, err := s.wal.append(batch)
+	if err != nil {
+		s.stats.errors.Add(1)
+		seg := s.walPaths[s.wal.cur]
+		if !written {
+			// Nothing was synced and nothing answered: the next frame takes the same place
+			// and number, so whatever part of this one reached the file is overwritten or,
+			// if the process dies first, a torn tail that replay ignores. A full disk or a
+			// file system turned read-only fails here, and the store goes on.
+			werr := fmt.Errorf("batch of %d ops not written: write to %s: %w", len(batch), seg, diskErr(err))
+			s.log.Error("store log write failed; nothing written, later writes will try again", "ops", len(batch), "cause", DiskCause(err), "err", err)
+			answer(batch, werr)
+			return
+		}
+		// A failed fsync may have dropped the dirty pages: the frame may or may not be
+		// on disk, so memory and disk can no longer be trusted to agree. Stop writing:
+		// the daemon restarts and rebuilds its memory from what the disk holds.
+		ferr := fmt.Errorf("%w: sync of %d ops to %s: %w", ErrFailed, len(batch), seg, diskErr(err))
+		s.setFailure(ferr)
+		s.log.Error("store log sync failed; refusing further writes", "ops", len(batch), "err", err)
+		answer(batch, fmt.Errorf("outcome unknown: %w", ferr))
+		return
+	}
+	s.applyOverlay(batch)
+	s.stats.record(len(batch), time.Since(start))
+	answer(batch, nil)
+	if s.wal.off >= s.ckptBytes && !s.ckptBusy.Load() {
+		s.freeze()
+	}
 }
 
 // notCommitted reports whether the current meta page (the one bbolt reads, with the

@@ -59,7 +59,7 @@
 // (allot.db.wal0 and allot.db.wal1, WALPaths) until a checkpoint has moved them
 // into the bbolt file. Each group commit (below) appends one frame to the active
 // segment and fdatasyncs it, and only then answers its ops: one write(2) and one
-// fdatasync per batch, with up to two frames' fdatasyncs running at once. The format (wal.go) is a 32-byte segment header (magic,
+// fdatasync per batch. The format (wal.go) is a 32-byte segment header (magic,
 // version, checksum, and the id of the store file it belongs to, meta key
 // "wal_id"), then frames at 8-byte boundaries: a 24-byte header (payload length,
 // op count, sequence number, payload CRC-32C and a CRC-32C of the header itself),
@@ -91,15 +91,11 @@
 // checkpointed. A frame is taken whole or not at all (its checksums), and a
 // reused segment's older frames stop the run by their lower numbers. A run ends
 // at a torn tail when the power was cut during a frame's fdatasync, which is
-// normal (that frame was never acknowledged) and ignored, and so is an intact frame
-// numbered one or two past the run's end: it was written while the missing frame's
-// fdatasync ran (the pipeline, below) and never acknowledged either. Replay then
-// records the newest intact frame's number as checkpointed, so new frames are numbered
-// past such a leftover and it can never extend a later run. It is damage when an
-// intact frame numbered further past the run's end exists anywhere in the log: a frame
-// is written only once the frame two before it is synced, so the frame missing in
-// between was synced, and possibly acknowledged. Open then fails with an
-// *UnusableError wrapping a *WALError naming the segment, the offset and the frame, as it does for a segment of
+// normal (that frame was never acknowledged) and ignored. It is damage when an
+// intact frame numbered after the run's end exists anywhere in the log: it was
+// written after the run's last frame was synced, so the frame missing in between
+// was acknowledged. Open then fails with an *UnusableError wrapping a *WALError
+// naming the segment, the offset and the frame, as it does for a segment of
 // another store file (a different wal_id). Segments left beside a store file that
 // Open creates new are removed (they belong to a file that is gone), and
 // MoveAside moves a damaged file's segments along with it. Running allotd with
@@ -107,12 +103,10 @@
 // can make such a log refuse to open: noSync is for tests only.
 //
 // TestPowerCut simulates the power cut: a layer under the log records every write
-// and fdatasync (concurrent ones too: each makes durable the writes made before it
-// started), and the image a cut leaves is each segment as of its fdatasyncs plus,
-// for each later write, the whole write, nothing, or a random subset of its 512-byte
-// sectors, chosen for each write alone (so a frame can survive whole while the one
-// before it, still being synced, is lost), and the store file as of its last
-// checkpoint (bbolt syncs its own commits). Eight cuts at random moments under 16 writers,
+// and fdatasync, and the image a cut leaves is each segment as of its last
+// fdatasync plus, for each later write, the whole write, nothing, or a random
+// subset of its 512-byte sectors, and the store file as of its last checkpoint
+// (bbolt syncs its own commits). Eight cuts at random moments under 16 writers,
 // each round writing on the store the previous cut left, with checkpoints every
 // 16 KiB so segments are reused many times: every acknowledged Put is there
 // intact, every acknowledged Delete is gone, no address is held twice.
@@ -144,30 +138,20 @@
 // enqueue an op on a FIFO channel and wait on the op's own result channel
 // (or ctx.Done()). The committer blocks for one op, then takes every op
 // already queued, up to Options.MaxBatch (default 1024), appends them in
-// order as one frame of the log, starts its fdatasync and, once it and every
-// earlier frame's returned, answers them all. New ops pile up in the queue
-// meanwhile and become the next batch. So an idle store commits a lone request
-// at once, and a loaded store amortises one commit over as many requests as
-// arrived during the previous one: the batch size follows the load by itself.
-//
-// The commits are pipelined (pipeline.go), much as MySQL's binary log group commit
-// runs its flush and sync stages on different batches at once: while one frame's fdatasync runs, the committer writes the next batch
-// as a frame of its own and starts its fdatasync too, half a commit after the
-// first, so a request waits for about one fdatasync instead of the rest of the
-// one in flight and then its own, and the CPU serves requests while the disk
-// syncs. On the development machine's ext4, two concurrent fdatasyncs of one file
-// took about as long as one alone (twice the syncs per second); at most two run at once, which bounds
-// what replay must accept (above). Ops are still answered in frame order, and a
-// frame whose sync failed fails every later frame in flight too ("outcome
-// unknown", ErrFailed). A checkpoint waits for the frames in flight, then
-// switches segments between two frames, so the two never span a switch.
+// order as one frame of the log, fdatasyncs it and answers them all.
+// While that fdatasync runs, new ops pile up in the queue and become the
+// next batch. So an idle store commits a lone request at once, and a loaded
+// store amortises one commit over as many requests as arrived during the
+// previous one: the batch size follows the load by itself.
 //
 // One refinement: callers that wait for their answer before writing again
-// (allot-cni, CNI runtimes) form a closed loop. When no frame is in flight, the
-// committer expects the callers it just answered to return and waits for them
-// before writing, for at most half the last commit's duration
-// (Options.MaxGroupDelay caps it). A lone caller never waits, since it is the
-// whole expected batch. BenchmarkGroupDelay measures it.
+// (allot-cni, CNI runtimes) form a closed loop, and with N of them the batches
+// settle at N/2: those answered by one commit come back while the next one is
+// already running. So the committer expects the callers it just answered to
+// return and waits for them before committing, for at most half the last
+// commit's duration (Options.MaxGroupDelay caps it). A lone caller never
+// waits, since it is the whole expected batch. BenchmarkGroupDelay measures
+// it: with 32 writers the batch grows from 16 to 31 and throughput with it.
 //
 // bbolt's own DB.Batch is not used: it waits up to MaxBatchDelay (10 ms by
 // default) for a batch to fill, which adds that delay to every request on an

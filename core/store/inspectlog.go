@@ -55,8 +55,7 @@ func applyLog(rep *Report) {
 func logFrames(rep *Report) ([]walFrame, error) {
 	paths := WALPaths(rep.Path)
 	if rep.walIDKnown && rep.walSeqReadable {
-		frames, _, err := readWAL(paths, rep.walID, rep.walSeq)
-		return frames, err
+		return readWAL(paths, rep.walID, rep.walSeq)
 	}
 	scans, err := scanWAL(paths, nil)
 	if err != nil {

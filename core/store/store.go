@@ -267,7 +267,7 @@ func openWAL(path string, db *bolt.DB, created bool, opts Options, logger *slog.
 			return walWriter{}, nil, fmt.Errorf("store: %w", err)
 		}
 	}
-	frames, newest, err := readWAL(paths, id, ckpt)
+	frames, err := readWAL(paths, id, ckpt)
 	var we *WALError
 	if errors.As(err, &we) {
 		return walWriter{}, nil, &UnusableError{Path: path, Problem: we.Error(), Err: we}
@@ -275,22 +275,14 @@ func openWAL(path string, db *bolt.DB, created bool, opts Options, logger *slog.
 	if err != nil {
 		return walWriter{}, nil, fmt.Errorf("store: %s: %w", path, err)
 	}
+	if err := replayWAL(db, frames); err != nil {
+		return walWriter{}, nil, fmt.Errorf("store: %s: %w", path, diskErr(err))
+	}
 	last := ckpt
 	if len(frames) > 0 {
 		last = frames[len(frames)-1].seq
 		logger.Info("store replayed its write-ahead log", "frames", len(frames), "from", frames[0].seq, "to", last)
 	}
-	through := max(last, newest)
-	if newest > last {
-		logger.Info("store dropped unacknowledged frames written while a torn one was being synced", "after", last, "through", newest)
-	}
-	if through == ckpt {
-		through = 0 // nothing to record beyond the checkpoint
-	}
-	if err := replayWAL(db, frames, through); err != nil {
-		return walWriter{}, nil, fmt.Errorf("store: %s: %w", path, diskErr(err))
-	}
-	last = max(last, through)
 	files, err := openSegments(paths, id, opts.NoSync)
 	if err != nil {
 		return walWriter{}, nil, fmt.Errorf("store: %w", err)

@@ -198,19 +198,11 @@ func TestWALDamage(t *testing.T) {
 	if list, err := torn.List(ctx); err != nil || len(list) != 4 {
 		t.Fatalf("after a torn last frame List = %d records, %v; want 4", len(list), err)
 	}
-	// Frame 4 was being synced when frame 5 was written (the pipeline): never acknowledged.
-	pipelined := openTest(t, damage(3), Options{})
-	if list, err := pipelined.List(ctx); err != nil || len(list) != 3 {
-		t.Fatalf("after a torn frame followed by one written during its sync, List = %d records, %v; want 3", len(list), err)
-	}
-	if seq := pipelined.walSeq(); seq != 5 {
-		t.Fatalf("after replay the file holds frames up to %d, want 5 (past the unacknowledged frame)", seq)
-	}
 	p := damage(2)
 	_, err := Open(ctx, p, Options{})
 	var we *WALError
 	if !errors.Is(err, ErrUnusable) || !errors.As(err, &we) || we.Seq != 3 || we.Offset != frames[2].off ||
-		!strings.Contains(err.Error(), WALPaths(p)[0]) || !strings.Contains(err.Error(), "frame 5") {
+		!strings.Contains(err.Error(), WALPaths(p)[0]) || !strings.Contains(err.Error(), "frame 4") {
 		t.Fatalf("Open with a damaged middle frame = %v, want an unusable store naming frame 3 at offset %d", err, frames[2].off)
 	}
 }
@@ -263,19 +255,13 @@ func TestWALOfAnotherFile(t *testing.T) {
 // powerCut records what the log writes and syncs, and makes the disk image a power cut
 // would leave: each segment as of its last sync, plus any later write whole, torn or not
 // at all; and the store file as of its last checkpoint (bbolt's own commits sync).
-//
-// Syncs run concurrently, as the committer's pipeline issues them: a sync makes durable
-// the writes that came before it started, and leaves later ones (the next frame, written
-// meanwhile) pending, so a cut can keep a frame whole and lose the one before it.
 type powerCut struct {
 	walIO
 	mu      sync.Mutex
 	cut     bool
 	durable [walSegments][]byte
 	pending [walSegments][]pendingWrite
-	// written counts each segment's writes, and synced those of them made durable.
-	written, synced [walSegments]int
-	bolt            []byte
+	bolt    []byte
 }
 
 type pendingWrite struct {
@@ -292,36 +278,22 @@ func (p *powerCut) WriteAt(seg int, b []byte, off int64) error {
 		return errPowerCut
 	}
 	p.pending[seg] = append(p.pending[seg], pendingWrite{off, append([]byte(nil), b...)})
-	p.written[seg]++
 	return p.walIO.WriteAt(seg, b, off)
 }
 
 func (p *powerCut) Sync(seg int) error {
 	p.mu.Lock()
-	if p.cut {
-		p.mu.Unlock()
-		return errPowerCut
-	}
-	covers := p.written[seg] // the writes this sync is bound to make durable
-	p.mu.Unlock()
-	err := p.walIO.Sync(seg)
-	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.cut {
-		return errPowerCut // the cut came first: its image is taken
+		return errPowerCut
 	}
-	if err != nil {
+	if err := p.walIO.Sync(seg); err != nil {
 		return err
 	}
-	n := covers - p.synced[seg]
-	if n <= 0 {
-		return nil // a later sync already covered these
-	}
-	for _, w := range p.pending[seg][:n] {
+	for _, w := range p.pending[seg] {
 		p.durable[seg] = writeAt(p.durable[seg], w.b, w.off)
 	}
-	p.pending[seg] = p.pending[seg][n:]
-	p.synced[seg] = covers
+	p.pending[seg] = nil
 	return nil
 }
 
@@ -358,16 +330,7 @@ func (p *powerCut) cutNow(rng *rand.Rand, dir string) (string, error) {
 	}
 	for seg, img := range p.durable {
 		img = append([]byte(nil), img...)
-		// Half the time when writes are pending, the last survives whole and those before
-		// it are lost: the pipeline's case of a frame written while the one before it was
-		// being synced.
-		pending := p.pending[seg]
-		if len(pending) >= 2 && rng.IntN(2) == 0 {
-			last := pending[len(pending)-1]
-			img = writeAt(img, last.b, last.off)
-			pending = nil
-		}
-		for _, w := range pending {
+		for _, w := range p.pending[seg] {
 			switch rng.IntN(3) {
 			case 0: // lost
 			case 1:

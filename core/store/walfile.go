@@ -97,21 +97,25 @@ type walWriter struct {
 	buf    []byte
 }
 
-// write appends batch as the next frame without syncing it (the committer syncs it
-// while it writes the next one, see pipeline.go). A failed write leaves the frame
-// unacknowledged, and the next one goes to the same place under the same number.
-func (w *walWriter) write(batch []*op) error {
+// append writes batch as the next frame and syncs it. written tells whether the write
+// itself succeeded: a failed write leaves the frame unacknowledged and the next one
+// goes to the same place under the same sequence number, while a failed sync leaves
+// the outcome unknown.
+func (w *walWriter) append(batch []*op) (written bool, err error) {
 	w.buf = appendFrame(w.buf[:0], w.seq+1, batch)
 	w.grow(int64(len(w.buf)))
 	if err := w.io.WriteAt(w.cur, w.buf, w.off); err != nil {
 		// Whatever part of the frame was written is rewritten from here next time.
 		w.size[w.cur] = min(w.size[w.cur], w.off)
-		return err
+		return false, err
 	}
 	w.off += int64(len(w.buf))
 	w.size[w.cur] = max(w.size[w.cur], w.off)
 	w.seq++
-	return nil
+	if w.noSync {
+		return true, nil
+	}
+	return true, w.io.Sync(w.cur)
 }
 
 // grow extends the current segment with zeros when n more bytes would pass its end. It
@@ -191,15 +195,12 @@ func removeStaleWAL(paths []string, logger interface{ Warn(string, ...any) }) er
 // after checkpoint, in order. A segment of another store file, a damaged header, or a
 // damaged frame that newer frames follow is an error naming the segment and offset; a
 // torn tail (nothing intact after it) is not, since its frame was never acknowledged.
-//
-// newest is the highest number of any intact frame in the log (see replayWAL).
-func readWAL(paths []string, id [walIDSize]byte, checkpoint uint64) (frames []walFrame, newest uint64, err error) {
+func readWAL(paths []string, id [walIDSize]byte, checkpoint uint64) ([]walFrame, error) {
 	scans, err := scanWAL(paths, &id)
 	if err != nil {
-		return nil, 0, err
+		return nil, err
 	}
-	frames, err = chainFrames(scans, checkpoint)
-	return frames, newestFrame(scans), err
+	return chainFrames(scans, checkpoint)
 }
 
 // scanWAL scans the segments at paths (missing ones are skipped), which must carry id
@@ -232,11 +233,9 @@ func scanWAL(paths []string, id *[walIDSize]byte) ([]segmentScan, error) {
 }
 
 // chainFrames returns the frames after checkpoint, which must follow each other from
-// checkpoint+1, and refuses a log in which an intact frame more than walPipeline past
-// the chain's end exists: that frame was written after the frame missing at the chain's
-// end was synced, so the missing one is damaged. Intact frames up to walPipeline past
-// the end were written while the missing one's fdatasync ran, and were never
-// acknowledged.
+// checkpoint+1, and refuses a log in which an intact frame newer than the chain's end
+// exists: that frame was written after the chain's last one was synced, so the frame
+// missing in between was acknowledged and is damaged.
 func chainFrames(scans []segmentScan, checkpoint uint64) ([]walFrame, error) {
 	type located struct {
 		walFrame
@@ -261,7 +260,7 @@ func chainFrames(scans []segmentScan, checkpoint uint64) ([]walFrame, error) {
 	}
 	for i := range scans {
 		for _, f := range scans[i].orphans {
-			if f.seq == last+1 || f.seq > last+walPipeline {
+			if f.seq > last {
 				p, end := scans[i].path, scans[i].end
 				if len(chain) > 0 {
 					p, end = chain[len(chain)-1].sc.path, chain[len(chain)-1].sc.end
@@ -288,31 +287,11 @@ func cmpUint(a, b uint64) int {
 	return 0
 }
 
-// newestFrame returns the highest sequence number of any intact frame in scans.
-func newestFrame(scans []segmentScan) uint64 {
-	var top uint64
-	for _, sc := range scans {
-		for _, f := range sc.run {
-			top = max(top, f.seq)
-		}
-		for _, f := range sc.orphans {
-			top = max(top, f.seq)
-		}
-	}
-	return top
-}
-
-// replayWAL applies frames to the file in one transaction and records through, at
-// least the last frame's number, as checkpointed. Through passes the intact frames
-// found after the chain's end (unacknowledged frames written while a missing one was
-// being synced): the next frames are numbered after them, so that such a frame, left
-// behind where new frames are written, can never extend a later chain.
-func replayWAL(db *bolt.DB, frames []walFrame, through uint64) error {
-	if len(frames) == 0 && through == 0 {
+// replayWAL applies frames to the file in one transaction and records the last as
+// checkpointed.
+func replayWAL(db *bolt.DB, frames []walFrame) error {
+	if len(frames) == 0 {
 		return nil
-	}
-	if len(frames) > 0 {
-		through = max(through, frames[len(frames)-1].seq)
 	}
 	return db.Update(func(tx *bolt.Tx) error {
 		for _, f := range frames {
@@ -322,7 +301,7 @@ func replayWAL(db *bolt.DB, frames []walFrame, through uint64) error {
 				}
 			}
 		}
-		return putWALSeq(tx, through)
+		return putWALSeq(tx, frames[len(frames)-1].seq)
 	})
 }
 
