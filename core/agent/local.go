@@ -91,11 +91,13 @@ func (a *Agent) Restore(ctx context.Context, m *ipam.Manager) (bool, error) {
 	}
 	var added []string
 	for _, b := range st.Blocks {
-		add := func() error { return m.AddCIDR(b.Pool, b.CIDR) }
+		var err error
 		if b.Bits > 0 || b.Gateway.IsValid() {
-			add = func() error { return m.AddCIDRWith(b.Pool, b.CIDR, ipam.Addressing{Bits: b.Bits, Gateway: b.Gateway}) }
+			err = m.AddCIDRWith(b.Pool, b.CIDR, ipam.Addressing{Bits: b.Bits, Gateway: b.Gateway})
+		} else {
+			err = m.AddCIDR(b.Pool, b.CIDR)
 		}
-		if err := add(); err != nil {
+		if err != nil {
 			return false, fmt.Errorf("agent: restore block %s of pool %q from the node store: %w", b.CIDR, b.Pool, err)
 		}
 		added = append(added, b.Pool+":"+b.CIDR.String())

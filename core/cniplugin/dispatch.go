@@ -34,7 +34,8 @@ type CmdArgs struct {
 // it (environment, version checks, VERSION, error JSON on stdout and exit status 1),
 // written here so the binary links neither skel nor what skel brings (the version
 // package, a regexp compiled at start-up, netlink's netns): about 0.2 ms less start-up on
-// every exec (test/cnibench). TestSkelMain checks it against the protocol.
+// every exec (test/cnibench). TestSkelMain checks it against the protocol, and
+// TestMainMatchesSkel against skel itself.
 func (p *Plugin) Main(about string) {
 	if e := p.dispatch(os.Getenv, os.Stdin, os.Stdout, os.Stderr, about); e != nil {
 		_ = e.Print()

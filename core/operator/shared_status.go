@@ -245,11 +245,7 @@ func decideSharedPool(pool *allotv1.SharedIPPool, pools []allotv1.SharedIPPool, 
 		if res != nil {
 			f = res.Get(fam)
 		}
-		spec := pool.Spec.IPv4
-		if fam == policy.IPv6 {
-			spec = pool.Spec.IPv6
-		}
-		fs, full, gone := sharedFamilyStatus(fam, spec != nil, f, held)
+		fs, full, gone := sharedFamilyStatus(fam, poolFamily(pool, fam) != nil, f, held)
 		if full != "" {
 			exhausted = append(exhausted, full)
 		}
