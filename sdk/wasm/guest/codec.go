@@ -234,7 +234,13 @@ func idx(field string, i int) string { return fmt.Sprintf("%s[%d]", field, i) }
 
 // decodePodRequest decodes a PodRequest with the validation sdk/wire.PodRequestFromProto
 // applies, reusing what podCache decoded earlier where the bytes are the same (cache.go).
-func decodePodRequest(b []byte) (*policy.PodRequest, error) {
+func decodePodRequest(b []byte) (*policy.PodRequest, error) { return decodePodRequestWith(b, true) }
+
+// decodePodRequestWith decodes with the node, namespace and CNI caches or without them. A
+// request that carries one of these fields twice (protobuf merges the two; the host never
+// writes that) is decoded again without them: the merge must neither start from nor write
+// into a cached value, and its result is not the value of either field's bytes alone.
+func decodePodRequestWith(b []byte, cached bool) (*policy.PodRequest, error) {
 	r := reader{a: &reqArena, b: reqArena.copyRequest(b), msg: msgPodRequest, index: -1}
 	out := podCache.newRequest()
 	var nodeBytes, nsBytes, cniBytes []byte
@@ -246,7 +252,10 @@ func decodePodRequest(b []byte) (*policy.PodRequest, error) {
 			r.adopt(&s)
 		case podReqNamespace:
 			s := r.sub(typ, "namespace")
-			if nsBytes = s.b; podCache.ns != nil && equalBytes(s.b, podCache.ns) {
+			if cached && nsBytes != nil {
+				return decodePodRequestWith(b, false)
+			}
+			if nsBytes = s.b; cached && podCache.ns != nil && equalBytes(s.b, podCache.ns) {
 				out.Namespace = podCache.nsVal
 				continue
 			}
@@ -254,7 +263,10 @@ func decodePodRequest(b []byte) (*policy.PodRequest, error) {
 			r.adopt(&s)
 		case podReqNode:
 			s := r.sub(typ, "node")
-			if nodeBytes = s.b; podCache.node != nil && equalBytes(s.b, podCache.node) {
+			if cached && nodeBytes != nil {
+				return decodePodRequestWith(b, false)
+			}
+			if nodeBytes = s.b; cached && podCache.node != nil && equalBytes(s.b, podCache.node) {
 				out.Node = podCache.nodeVal
 				continue
 			}
@@ -262,7 +274,10 @@ func decodePodRequest(b []byte) (*policy.PodRequest, error) {
 			r.adopt(&s)
 		case podReqCNI:
 			s := r.sub(typ, "cni")
-			if cniBytes = s.b; podCache.cni != nil && equalBytes(s.b, podCache.cni) {
+			if cached && cniBytes != nil {
+				return decodePodRequestWith(b, false)
+			}
+			if cniBytes = s.b; cached && podCache.cni != nil && equalBytes(s.b, podCache.cni) {
 				out.CNI = podCache.cniVal
 				continue
 			}
@@ -288,6 +303,9 @@ func decodePodRequest(b []byte) (*policy.PodRequest, error) {
 	}
 	// Remember what was decoded; the byte slices are views of the request's copy, never written again.
 	podCache.pools, podCache.views = podCache.pools[:len(out.Pools)], podCache.views[:len(out.Pools)]
+	if !cached {
+		return out, nil
+	}
 	if nodeBytes != nil {
 		podCache.node, podCache.nodeVal = nodeBytes, out.Node
 	}
@@ -354,10 +372,11 @@ func decodeNode(r *reader, n *policy.Node) {
 }
 
 func decodeCNI(r *reader, c *policy.CNIRequest) {
+	// A CNI field that comes twice merges as protobuf merges a message: lists append.
 	n := countFields(r.b)
-	c.Pools = r.a.strings(n[cniPools])
-	c.DefaultIPv4Pools = r.a.strings(n[cniDefaultIPv4])
-	c.DefaultIPv6Pools = r.a.strings(n[cniDefaultIPv6])
+	c.Pools = append(r.a.strings(len(c.Pools)+n[cniPools]), c.Pools...)
+	c.DefaultIPv4Pools = append(r.a.strings(len(c.DefaultIPv4Pools)+n[cniDefaultIPv4]), c.DefaultIPv4Pools...)
+	c.DefaultIPv6Pools = append(r.a.strings(len(c.DefaultIPv6Pools)+n[cniDefaultIPv6]), c.DefaultIPv6Pools...)
 	for num, typ, ok := r.next(); ok; num, typ, ok = r.next() {
 		switch num {
 		case cniIfName:

@@ -3,6 +3,7 @@ package guest
 import (
 	"context"
 	"errors"
+	"maps"
 	"net/netip"
 	"reflect"
 	"slices"
@@ -449,6 +450,43 @@ func TestDecodePodRequestCacheAgrees(t *testing.T) {
 		r, err := decodePodRequest(twice)
 		if err != nil || r.Pools[0].Free != 9 {
 			t.Fatalf("free twice: %+v, %v; want free 9", r, err)
+		}
+	}
+}
+
+// A request carrying node or cni twice merges them (protobuf's rule for a message field), and
+// neither starts from nor poisons the caches: the next request with one of the two alone
+// decodes to that one alone.
+func TestDecodeRepeatedFieldsBypassCaches(t *testing.T) {
+	one := func(node, pool string) []byte {
+		b, err := proto.Marshal(&pb.PodRequest{
+			Node: &pb.Node{Name: "n", Labels: []*pb.StringPair{{Key: node, Value: "1"}}},
+			Cni:  &pb.CNIRequest{Pools: []string{pool}},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	a, b := one("x", "a"), one("y", "b")
+	for _, step := range []struct {
+		in         []byte
+		node       map[string]string
+		cniPools   []string
+		whatItDoes string
+	}{
+		{b, map[string]string{"y": "1"}, []string{"b"}, "b alone (cached)"},
+		{append(slices.Clone(a), b...), map[string]string{"x": "1", "y": "1"}, []string{"a", "b"}, "a then b, merged"},
+		{b, map[string]string{"y": "1"}, []string{"b"}, "b alone again"},
+		{append(slices.Clone(b), b...), map[string]string{"y": "1"}, []string{"b", "b"}, "b twice"},
+		{b, map[string]string{"y": "1"}, []string{"b"}, "b alone once more"},
+	} {
+		got, err := decodePodRequest(step.in)
+		if err != nil {
+			t.Fatalf("%s: %v", step.whatItDoes, err)
+		}
+		if !maps.Equal(got.Node.Labels, step.node) || !slices.Equal(got.CNI.Pools, step.cniPools) {
+			t.Errorf("%s: node labels %v, cni pools %v; want %v, %v", step.whatItDoes, got.Node.Labels, got.CNI.Pools, step.node, step.cniPools)
 		}
 	}
 }
