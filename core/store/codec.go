@@ -149,18 +149,19 @@ func validateRecord(r Record) error {
 		return &FieldError{Field: "created", Reason: fmt.Sprintf("year %d outside 0..9999 in UTC", y)}
 	}
 	for i, a := range r.Addresses {
-		f := fmt.Sprintf("addresses[%d].", i)
+		// The field's name is built only for an error: Put validates every record.
+		f := func(name string) string { return fmt.Sprintf("addresses[%d].%s", i, name) }
 		if a.Pool == "" {
-			return &FieldError{Field: f + "pool", Reason: "must not be empty"}
+			return &FieldError{Field: f("pool"), Reason: "must not be empty"}
 		}
 		if !a.Prefix.IsValid() {
-			return &FieldError{Field: f + "prefix", Reason: "must be a valid address/length"}
+			return &FieldError{Field: f("prefix"), Reason: "must be a valid address/length"}
 		}
 		if a.Prefix.Addr().Zone() != "" {
-			return &FieldError{Field: f + "prefix", Reason: "must not have a zone"}
+			return &FieldError{Field: f("prefix"), Reason: "must not have a zone"}
 		}
 		if a.Gateway.IsValid() && a.Gateway.Is4() != a.Prefix.Addr().Is4() {
-			return &FieldError{Field: f + "gateway", Reason: fmt.Sprintf("%s is not the same family as prefix %s", a.Gateway, a.Prefix)}
+			return &FieldError{Field: f("gateway"), Reason: fmt.Sprintf("%s is not the same family as prefix %s", a.Gateway, a.Prefix)}
 		}
 	}
 	return nil
@@ -171,27 +172,7 @@ func encodeRecord(r Record) (key, value []byte, err error) {
 	if err := validateRecord(r); err != nil {
 		return nil, nil, err
 	}
-	w := wireRecord{
-		V:       recordVersion,
-		Owner:   wireOwner{ContainerID: r.Owner.ContainerID, IfName: r.Owner.IfName},
-		Network: r.Network,
-		Pod:     wirePod{Namespace: r.Pod.Namespace, Name: r.Pod.Name, UID: r.Pod.UID},
-		// UTC and no monotonic reading: what is read back equals what was
-		// meant, whatever the local zone of the writer.
-		Created: r.Created.UTC().Round(0),
-	}
-	for _, a := range r.Addresses {
-		wa := wireAddress{Pool: a.Pool, Prefix: a.Prefix.String()}
-		if a.Gateway.IsValid() {
-			wa.Gateway = a.Gateway.String()
-		}
-		w.Addresses = append(w.Addresses, wa)
-	}
-	value, err = json.Marshal(w)
-	if err != nil {
-		return nil, nil, fmt.Errorf("store: encode record %s: %w", r.Owner, err)
-	}
-	return ownerKey(r.Owner), value, nil
+	return ownerKey(r.Owner), appendRecordJSON(make([]byte, 0, recordJSONSize(&r)), &r), nil
 }
 
 // decodeRecord decodes one key/value pair from the records bucket. It never
