@@ -34,6 +34,7 @@
 #include <linux/pkt_cls.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
+#include <bpf/bpf_core_read.h>
 
 #define TCX_NEXT (-1) /* also TC_ACT_UNSPEC: continue with the next program/filter */
 #define TCX_DROP 2
@@ -69,6 +70,12 @@
  * the verifier into one load, so an established flow's packet reads no
  * clock through a helper call except at those refreshes. */
 #define TS_REFRESH_JIFFIES 64
+
+/* skb->ip_summed (include/linux/skbuff.h) */
+#define CSUM_NONE 0
+#define CSUM_UNNECESSARY 1
+#define CSUM_COMPLETE 2
+#define CSUM_PARTIAL 3
 
 #define CFG_HAS_V4 0x1
 #define CFG_HAS_V6 0x2
@@ -375,15 +382,119 @@ static __always_inline int parse(struct __sk_buff *skb, struct pkt *p, int egres
 	return r == PARSE_SHORT ? -1 : r;
 }
 
+/* The kernel's sk_buff, for its ip_summed bit field only: CO-RE finds the
+ * field in the running kernel's BTF. bpf_cast_to_kern_ctx (Linux 6.3+) is
+ * a kfunc the verifier turns into a register move; it is weak, so the
+ * object still loads on older kernels, where bpf_l4_csum_replace does all
+ * checksum updates as before. */
+struct sk_buff___allot {
+	__u8 ip_summed : 2;
+} __attribute__((preserve_access_index));
+
+extern void *bpf_cast_to_kern_ctx(void *obj) __ksym __weak;
+
+/* Resolved at load time: 0 when the kernel lacks the kfunc. */
+#define ksym_exists(sym) (!!(sym))
+
+static __always_inline int skb_ip_summed(struct __sk_buff *skb)
+{
+	if (!ksym_exists(bpf_cast_to_kern_ctx))
+		return CSUM_COMPLETE; /* unknown: the helper handles every case */
+	struct sk_buff___allot *k = bpf_cast_to_kern_ctx(skb);
+	return BPF_CORE_READ_BITFIELD(k, ip_summed);
+}
+
+/* fold16 folds a ones' complement sum of 16- and 32-bit words to 16 bits. */
+static __always_inline __u32 fold16(__u64 s)
+{
+	s = (s & 0xffffffff) + (s >> 32);
+	s = (s & 0xffffffff) + (s >> 32);
+	s = (s & 0xffff) + (s >> 16);
+	s = (s & 0xffff) + (s >> 16);
+	return (__u32)s;
+}
+
+/* addr_diff is the ones' complement sum of ~old + new over the address
+ * words (what bpf_csum_diff would return, without the call). */
+static __always_inline __u64 addr_diff(const struct pkt *p, const __u32 *o, const __u32 *n)
+{
+	if (p->family == 4)
+		return (__u64)(__u32)~o[3] + n[3];
+	__u64 d = 0;
+	d += (__u32)~o[0];
+	d += (__u32)~o[1];
+	d += (__u32)~o[2];
+	d += (__u32)~o[3];
+	d += n[0];
+	d += n[1];
+	d += n[2];
+	d += n[3];
+	return d;
+}
+
+/* l4_csum_inline updates the L4 checksum at csum the way
+ * bpf_l4_csum_replace does (inet_proto_csum_replace4/2), for skbs that are
+ * not CHECKSUM_COMPLETE: under CHECKSUM_PARTIAL the field holds the folded
+ * pseudo-header sum, which only the address enters; otherwise it is the
+ * complete checksum (RFC 1624: HC' = ~(~HC + ~m + m')). A UDP checksum of
+ * 0 (none, IPv4) stays 0, and a computed 0 is sent as 0xffff
+ * (BPF_F_MARK_MANGLED_0). */
+static __always_inline void l4_csum_inline(struct pkt *p, __u16 *csum, int partial, __u64 da,
+					   int port_changed, __be16 oport, __be16 nport)
+{
+	__u16 old = *csum;
+	if (p->udp && old == 0)
+		return;
+	__u16 n;
+	if (partial) {
+		if (!da)
+			return;
+		n = fold16((__u64)old + da);
+	} else {
+		__u64 s = (__u16)~old + da;
+		if (port_changed)
+			s += (__u16)~oport + (__u32)nport;
+		n = (__u16)~fold16(s);
+	}
+	if (p->udp && n == 0)
+		n = 0xffff;
+	*csum = n;
+}
+
+/* l4_csum_helper updates the L4 checksum through bpf_l4_csum_replace, which
+ * also keeps skb->csum right under CHECKSUM_COMPLETE (BPF cannot write it). */
+static __always_inline int l4_csum_helper(struct __sk_buff *skb, struct pkt *p, int addr_changed,
+					  const __u32 *oaddr, const __u32 *naddr,
+					  int port_changed, __be16 oport, __be16 nport)
+{
+	__u64 mangled = p->udp ? BPF_F_MARK_MANGLED_0 : 0;
+	if (addr_changed && p->pseudo) {
+		if (p->family == 4) {
+			if (bpf_l4_csum_replace(skb, p->csum_off, oaddr[3], naddr[3],
+						BPF_F_PSEUDO_HDR | mangled | sizeof(__u32)) < 0)
+				return -1;
+		} else {
+			__u32 d = fold16(addr_diff(p, oaddr, naddr)); /* 16 bits: a valid 32-bit sum */
+			if (bpf_l4_csum_replace(skb, p->csum_off, 0, d, BPF_F_PSEUDO_HDR | mangled) < 0)
+				return -1;
+		}
+	}
+	if (port_changed &&
+	    bpf_l4_csum_replace(skb, p->csum_off, oport, nport, mangled | sizeof(nport)) < 0)
+		return -1;
+	return 0;
+}
+
 /* rewrite replaces the source (egress) or destination (ingress) address and
  * port/identifier.
  *
  * Addresses, ports and the IPv4 header checksum (RFC 1624, always complete)
- * are written directly into the packet. The L4 checksum goes through
- * bpf_l4_csum_replace, which knows whether the skb carries a full checksum
- * or only the pseudo-header part (CHECKSUM_PARTIAL, usual on veth and with
- * offloads) and keeps skb->csum right under CHECKSUM_COMPLETE: BPF cannot
- * see ip_summed. The direct writes come first because the helper
+ * are written directly into the packet, and so is the L4 checksum unless
+ * the skb is CHECKSUM_COMPLETE (or the kernel too old to tell): then
+ * bpf_l4_csum_replace, which keeps skb->csum right. Skbs from veth and
+ * offloading NICs are CHECKSUM_PARTIAL on the way out, and received ones
+ * mostly CHECKSUM_UNNECESSARY, so translated packets usually call no
+ * helper at all. The direct writes come first because the helper
  * invalidates packet pointers.
  *
  * Direct writes make the verifier add a prologue that unclones cloned skbs
@@ -398,9 +509,9 @@ static __always_inline int rewrite(struct __sk_buff *skb, struct pkt *p, int egr
 {
 	const __u32 *oaddr = egress ? p->k.saddr : p->k.daddr;
 	__be16 oport = egress ? p->k.sport : p->k.dport;
-	__u64 mangled = p->udp ? BPF_F_MARK_MANGLED_0 : 0;
 	int addr_changed = !addr_eq(oaddr, naddr);
 	int port_changed = oport != nport;
+	int summed = skb_ip_summed(skb);
 	void *data = (void *)(long)skb->data;
 	void *end = (void *)(long)skb->data_end;
 
@@ -448,32 +559,17 @@ static __always_inline int rewrite(struct __sk_buff *skb, struct pkt *p, int egr
 			return -1;
 	}
 
-	if (addr_changed && p->pseudo) {
-		if (p->family == 4) {
-			if (bpf_l4_csum_replace(skb, p->csum_off, oaddr[3], naddr[3],
-						BPF_F_PSEUDO_HDR | mangled | sizeof(__u32)) < 0)
-				return -1;
-		} else {
-			/* Same value bpf_csum_diff would return, without the call. */
-			__u64 d = 0;
-			d += (__u32)~oaddr[0];
-			d += (__u32)~oaddr[1];
-			d += (__u32)~oaddr[2];
-			d += (__u32)~oaddr[3];
-			d += naddr[0];
-			d += naddr[1];
-			d += naddr[2];
-			d += naddr[3];
-			d = (d & 0xffffffff) + (d >> 32);
-			d = (d & 0xffffffff) + (d >> 32);
-			if (bpf_l4_csum_replace(skb, p->csum_off, 0, (__u32)d,
-						BPF_F_PSEUDO_HDR | mangled) < 0)
-				return -1;
-		}
-	}
-	if (port_changed &&
-	    bpf_l4_csum_replace(skb, p->csum_off, oport, nport, mangled | sizeof(nport)) < 0)
+	if (summed == CSUM_COMPLETE)
+		return l4_csum_helper(skb, p, addr_changed, oaddr, naddr, port_changed, oport, nport);
+	/* The checksum field: UDP +6, TCP +16, ICMP +2. */
+	__u32 coff = p->csum_off - l4off;
+	if (coff > 16)
 		return -1;
+	__u16 *csum = (__u16 *)(l4 + coff);
+	if ((void *)(csum + 1) > end)
+		return -1;
+	__u64 da = addr_changed && p->pseudo ? addr_diff(p, oaddr, naddr) : 0;
+	l4_csum_inline(p, csum, summed == CSUM_PARTIAL, da, port_changed, oport, nport);
 	return 0;
 }
 

@@ -213,27 +213,22 @@ func runSuite(t *testing.T, im impl) {
 		})
 	}
 
+	// Partial checksums first (the pods and ext offload, the node completes
+	// after translating), then complete ones from every sender.
+	t.Run("partial checksums completed after translation", func(t *testing.T) {
+		if err := tp.CompleteChecksumsAtNode(); err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range families {
+			checksumFlows(t, tp, f.name, f.ext, f.node, 7000, 47000)
+		}
+	})
 	t.Run("checksums verified by receivers", func(t *testing.T) {
 		if err := tp.DisableChecksumOffload(); err != nil {
 			t.Fatal(err)
 		}
 		for _, f := range families {
-			dst := netip.AddrPortFrom(f.ext, echoPort)
-			if seen, err := tcpWhoami(tp, 0, dst, 0); err != nil || seen.Addr() != f.node {
-				t.Errorf("%s tcp: %v %v", f.name, seen, err)
-			}
-			// Same local port from both pods: one of them is rewritten.
-			for i := range 2 {
-				if seen, err := udpWhoami(tp, i, dst, 6000+btoi(f.ext.Is6())); err != nil || seen.Addr() != f.node {
-					t.Errorf("%s udp pod%d: %v %v", f.name, i+1, seen, err)
-				}
-				if seen, err := tcpWhoami(tp, i, dst, 46000+btoi(f.ext.Is6())); err != nil || seen.Addr() != f.node {
-					t.Errorf("%s tcp same port pod%d: %v %v", f.name, i+1, seen, err)
-				}
-			}
-			if err := ping(tp, 1, f.ext, 0x777); err != nil {
-				t.Errorf("%s icmp: %v", f.name, err)
-			}
+			checksumFlows(t, tp, f.name, f.ext, f.node, 6000, 46000)
 		}
 	})
 
@@ -713,4 +708,27 @@ func status(tp *topo.Topology, dp datapath.Datapath) (st datapath.Status, err er
 		return err
 	})
 	return st, err
+}
+
+// checksumFlows runs TCP, UDP from both pods with the same local port (one
+// of them gets its port rewritten too) and ICMP echo to ext, each of which
+// fails when a receiver drops a packet with a wrong checksum.
+func checksumFlows(t *testing.T, tp *topo.Topology, family string, ext, node netip.Addr, udpPort, tcpPort int) {
+	t.Helper()
+	v6 := btoi(ext.Is6())
+	dst := netip.AddrPortFrom(ext, echoPort)
+	if seen, err := tcpWhoami(tp, 0, dst, 0); err != nil || seen.Addr() != node {
+		t.Errorf("%s tcp: %v %v", family, seen, err)
+	}
+	for i := range 2 {
+		if seen, err := udpWhoami(tp, i, dst, udpPort+v6); err != nil || seen.Addr() != node {
+			t.Errorf("%s udp pod%d: %v %v", family, i+1, seen, err)
+		}
+		if seen, err := tcpWhoami(tp, i, dst, tcpPort+v6); err != nil || seen.Addr() != node {
+			t.Errorf("%s tcp same port pod%d: %v %v", family, i+1, seen, err)
+		}
+	}
+	if err := ping(tp, 1, ext, 0x777); err != nil {
+		t.Errorf("%s icmp: %v", family, err)
+	}
 }

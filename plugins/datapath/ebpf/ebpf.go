@@ -26,6 +26,7 @@ import (
 	"github.com/allot-ipam/allot/plugins/datapath/internal/netinfo"
 	"github.com/allot-ipam/allot/sdk/datapath"
 	cebpf "github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/btf"
 	"github.com/cilium/ebpf/link"
 )
 
@@ -240,6 +241,14 @@ func load(sizes datapath.MapSizes, pinPath string) (*bpf.SnatObjects, error) {
 	spec.Maps[bpf.SnatMapNonmasq].MaxEntries = sizes.CIDRs
 	spec.Maps[bpf.SnatMapPodcidrs].MaxEntries = sizes.CIDRs
 	var opts cebpf.CollectionOptions
+	if withoutKernelBTF() {
+		// The programs' CO-RE read of sk_buff's ip_summed is guarded by the
+		// weak bpf_cast_to_kern_ctx kfunc, which a kernel without BTF does
+		// not resolve either: relocated against the object's own types
+		// (no sk_buff there), it is poisoned in code the verifier never
+		// reaches, and bpf_l4_csum_replace updates every checksum.
+		opts.Programs.KernelTypes = spec.Types
+	}
 	if pinPath != "" {
 		if err := os.MkdirAll(pinPath, 0o700); err != nil {
 			return nil, fmt.Errorf("ebpf: PinPath: %w", err)
@@ -261,6 +270,16 @@ func load(sizes datapath.MapSizes, pinPath string) (*bpf.SnatObjects, error) {
 		return nil, fmt.Errorf("ebpf: load programs: %w", err)
 	}
 	return objs, nil
+}
+
+// withoutKernelBTF reports whether the kernel has no BTF
+// (CONFIG_DEBUG_INFO_BTF=n) for CO-RE relocations.
+func withoutKernelBTF() bool {
+	if _, err := os.Stat("/sys/kernel/btf/vmlinux"); err == nil {
+		return false
+	}
+	_, err := btf.LoadKernelSpec()
+	return errors.Is(err, btf.ErrNotSupported)
 }
 
 // copyFlows copies every flow from src to dst (best effort: flows created

@@ -363,3 +363,38 @@ func BenchmarkEgressNewFlow(b *testing.B) {
 	}
 	b.ReportMetric(float64(total.Nanoseconds())/float64(b.N), "ns/packet")
 }
+
+// bpfFTestSKBChecksumComplete is BPF_F_TEST_SKB_CHECKSUM_COMPLETE (Linux
+// 6.12): the test run hands the program a CHECKSUM_COMPLETE skb and fails
+// with EBADMSG when skb->csum no longer matches the packet afterwards.
+const bpfFTestSKBChecksumComplete = 1 << 2
+
+// TestProgramSNATChecksumComplete: under CHECKSUM_COMPLETE the programs
+// keep skb->csum right (through bpf_l4_csum_replace) as well as the
+// checksums in the packet, IPv4 with a port rewrite and IPv6.
+func TestProgramSNATChecksumComplete(t *testing.T) {
+	d := loadForTest(t)
+	pod, pod2, ext := netip.MustParseAddr("10.244.0.2"), netip.MustParseAddr("10.244.0.6"), netip.MustParseAddr("198.18.0.2")
+	run := func(p *cebpf.Program, in []byte) []byte {
+		t.Helper()
+		out := make([]byte, len(in)+256)
+		opts := cebpf.RunOptions{Data: in, DataOut: out, Flags: bpfFTestSKBChecksumComplete}
+		ret, err := p.Run(&opts)
+		if err != nil {
+			t.Fatalf("test run with CHECKSUM_COMPLETE: %v", err)
+		}
+		if int32(ret) != -1 {
+			t.Fatalf("returned %d, want TCX_NEXT (-1)", int32(ret))
+		}
+		return opts.DataOut
+	}
+	for _, src := range []netip.Addr{pod, pod2} { // the second gets another port
+		out := run(d.objs.AllotSnatEgress, udp4(src, ext, 40500, 53))
+		checkSums(t, out)
+		back := run(d.objs.AllotSnatIngress, udp4(ext, netip.MustParseAddr("198.18.0.1"), 53, binary.BigEndian.Uint16(out[14+20:])))
+		checkSums(t, back)
+		if got, _ := netip.AddrFromSlice(back[14+16 : 14+20]); got != src || binary.BigEndian.Uint16(back[14+22:]) != 40500 {
+			t.Fatalf("reply translated to %s port %d, want %s port 40500", got, binary.BigEndian.Uint16(back[14+22:]), src)
+		}
+	}
+}

@@ -347,39 +347,62 @@ type ifreqData struct {
 // nobody checks.)
 func (t *Topology) DisableChecksumOffload() error {
 	for _, ns := range []netns.NsHandle{t.Pods[0], t.Pods[1], t.Node, t.Ext, t.Peer} {
-		err := In(ns, func() error {
-			links, err := netlink.LinkList()
-			if err != nil {
-				return err
-			}
-			fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-			if err != nil {
-				return err
-			}
-			defer unix.Close(fd)
-			for _, l := range links {
-				if l.Type() != "veth" {
-					continue
-				}
-				for _, cmd := range []uint32{ethtoolSTXCSUM, ethtoolSRXCSUM} {
-					ev := ethtoolValue{cmd: cmd, data: 0}
-					var ifr ifreqData
-					copy(ifr.name[:], l.Attrs().Name)
-					ifr.data = uintptr(unsafe.Pointer(&ev))
-					_, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.SIOCETHTOOL, uintptr(unsafe.Pointer(&ifr)))
-					runtime.KeepAlive(&ev)
-					if errno != 0 {
-						return fmt.Errorf("ethtool %#x on %s: %w", cmd, l.Attrs().Name, errno)
-					}
-				}
-			}
-			return nil
-		})
-		if err != nil {
+		if err := setChecksumOffload(ns, ethtoolSTXCSUM, ethtoolSRXCSUM); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// CompleteChecksumsAtNode keeps TX checksum offload in the pods and the
+// external namespaces, so their packets reach the node CHECKSUM_PARTIAL
+// (only the pseudo-header sum in the L4 checksum field), and turns it off
+// on the node's veths and RX offload everywhere else: the node completes
+// each checksum in software when it sends the packet on, after the
+// datapath translated it, and the receiver verifies it. A datapath that
+// updates a partial checksum wrongly makes receivers drop the packet.
+func (t *Topology) CompleteChecksumsAtNode() error {
+	if err := setChecksumOffload(t.Node, ethtoolSTXCSUM); err != nil {
+		return err
+	}
+	for _, ns := range []netns.NsHandle{t.Pods[0], t.Pods[1], t.Ext, t.Peer} {
+		if err := setChecksumOffload(ns, ethtoolSRXCSUM); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// setChecksumOffload turns off the ethtool features cmds on every veth of ns.
+func setChecksumOffload(ns netns.NsHandle, cmds ...uint32) error {
+	return In(ns, func() error {
+		links, err := netlink.LinkList()
+		if err != nil {
+			return err
+		}
+		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		for _, l := range links {
+			if l.Type() != "veth" {
+				continue
+			}
+			for _, cmd := range cmds {
+				ev := ethtoolValue{cmd: cmd, data: 0}
+				var ifr ifreqData
+				copy(ifr.name[:], l.Attrs().Name)
+				ifr.data = uintptr(unsafe.Pointer(&ev))
+				_, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.SIOCETHTOOL, uintptr(unsafe.Pointer(&ifr)))
+				runtime.KeepAlive(&ev)
+				if errno != 0 {
+					return fmt.Errorf("ethtool %#x on %s: %w", cmd, l.Attrs().Name, errno)
+				}
+			}
+		}
+		return nil
+	})
 }
 
 // AddRouteSource adds src as a second address on the node's egress link
