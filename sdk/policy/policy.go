@@ -243,7 +243,7 @@ type PodDecision struct {
 	// to people and never act on it; leaving it empty means "no per-pool detail". Policies
 	// may fill it only when asked (DetailWanted), which a host asks only of in-process
 	// policies (a context does not cross a transport). Process plugins carry it (field
-	// rejected of the wire's PodDecision); the WebAssembly guest SDK does not send it yet.
+	// rejected of the wire's PodDecision), and so do WebAssembly guests of sdk/wasm/guest.
 	Rejected []Rejection
 }
 

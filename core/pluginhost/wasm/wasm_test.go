@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -103,6 +104,24 @@ func TestDecisions(t *testing.T) {
 	if st.Kind != Kind || st.Transport != Transport || st.Name != "test" || st.PluginVersion != "0.0.1-test" ||
 		st.ContractVersion != policy.ContractVersion || st.Health != HealthOK || st.Calls != 2 || st.Failures != 0 {
 		t.Errorf("status = %+v", st)
+	}
+}
+
+// TestRejectedDetail: a guest's Cause and per-pool Rejected detail (contract 1.2) reach the
+// host as the go-plugin transport carries them.
+func TestRejectedDetail(t *testing.T) {
+	p := openGuest(t, buildGuest(t, faultyDir, true), nil)
+	d, err := p.SelectPodPools(context.Background(), podRequest("rejected", nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := policy.PodDecision{Code: policy.NoFit, Reason: "no pool fits", Cause: policy.CauseNoMatch,
+		Rejected: []policy.Rejection{
+			{Pool: "pool-v4-00", Family: policy.IPv4, Cause: policy.CauseInvalid, Reason: "annotation names no pool"},
+			{Pool: "pool-v6-00", Cause: policy.CauseUnavailable, Reason: "disabled"},
+		}}
+	if !reflect.DeepEqual(d, want) {
+		t.Errorf("decision = %+v\nwant       %+v", d, want)
 	}
 }
 

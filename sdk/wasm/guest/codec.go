@@ -45,7 +45,9 @@ const (
 
 	candPool = 1
 
-	podDecCode, podDecReason, podDecIPv4, podDecIPv6, podDecSource, podDecCause = 1, 2, 3, 4, 5, 6
+	podDecCode, podDecReason, podDecIPv4, podDecIPv6, podDecSource, podDecCause, podDecRejected = 1, 2, 3, 4, 5, 6, 7
+
+	rejPool, rejFamily, rejCause, rejReason = 1, 2, 3, 4
 
 	specCIDR, specPerNodeMaskSize = 1, 2
 
@@ -658,7 +660,48 @@ func appendPodDecision(b []byte, d policy.PodDecision) []byte {
 	b = appendCandidates(b, podDecIPv4, d.IPv4)
 	b = appendCandidates(b, podDecIPv6, d.IPv6)
 	b = appendString(b, podDecSource, d.Source)
-	return appendCause(b, podDecCause, d.Cause)
+	b = appendCause(b, podDecCause, d.Cause)
+	return appendRejections(b, d.Rejected)
+}
+
+// appendRejections appends PodDecision.rejected (contract 1.2). A family other than IPv4
+// and IPv6 is written as FAMILY_UNSPECIFIED (both), as sdk/wire writes it; an empty pool
+// name is written as it is, and the host rejects it naming the field.
+func appendRejections(b []byte, rs []policy.Rejection) []byte {
+	for _, r := range rs {
+		var fam uint64
+		switch r.Family {
+		case policy.IPv4:
+			fam = familyIPv4
+		case policy.IPv6:
+			fam = familyIPv6
+		}
+		size := sizeString(rejPool, r.Pool) + sizeString(rejReason, r.Reason)
+		if fam != 0 {
+			size += protowire.SizeTag(rejFamily) + protowire.SizeVarint(fam)
+		}
+		if r.Cause != policy.CauseUnspecified {
+			size += protowire.SizeTag(rejCause) + protowire.SizeVarint(uint64(int64(r.Cause)))
+		}
+		b = protowire.AppendTag(b, podDecRejected, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(size))
+		b = appendString(b, rejPool, r.Pool)
+		if fam != 0 {
+			b = protowire.AppendTag(b, rejFamily, protowire.VarintType)
+			b = protowire.AppendVarint(b, fam)
+		}
+		b = appendCause(b, rejCause, r.Cause)
+		b = appendString(b, rejReason, r.Reason)
+	}
+	return b
+}
+
+// sizeString is the encoded size of appendString(nil, num, s).
+func sizeString(num protowire.Number, s string) int {
+	if s == "" {
+		return 0
+	}
+	return protowire.SizeTag(num) + protowire.SizeBytes(len(s))
 }
 
 // appendNodeDecision appends the NodeDecision encoding of d.

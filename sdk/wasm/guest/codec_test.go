@@ -124,6 +124,13 @@ func TestEncodeDecisionsMatchWire(t *testing.T) {
 		{Code: policy.Skip},
 		{Code: policy.NoFit, Reason: "nothing fits"},
 		{Code: policy.NoFit, Reason: "annotation does not parse", Cause: policy.CauseInvalid, Source: "pod annotation"},
+		{Code: policy.NoFit, Reason: "no pool fits", Cause: policy.CauseNoMatch, Rejected: []policy.Rejection{
+			{Pool: "a", Family: policy.IPv4, Cause: policy.CauseInvalid, Reason: "annotation names no pool"},
+			{Pool: "b", Cause: policy.CauseNoMatch, Reason: "podAffinity does not match"},
+			{Pool: "c", Family: policy.IPv6, Cause: policy.CauseFull},
+			{Pool: "d"},
+		}},
+		{Code: policy.Decided, IPv4: policy.Candidates("a"), Rejected: []policy.Rejection{{Pool: "b", Family: policy.IPv6, Cause: policy.CauseUnavailable, Reason: "disabled"}}},
 	}
 	for _, d := range pods {
 		var m pb.PodDecision
@@ -161,6 +168,11 @@ func TestEncodeDecisionsMatchWire(t *testing.T) {
 	m.Code = pb.DecisionCode_DECISION_CODE_DECIDED
 	if _, err := wire.PodDecisionFromProto(&m); err == nil || !strings.Contains(err.Error(), "ipv4[0].pool") {
 		t.Errorf("empty candidate: %v", err)
+	}
+	m.Reset()
+	_ = proto.Unmarshal(appendPodDecision(nil, policy.PodDecision{Code: policy.NoFit, Rejected: []policy.Rejection{{Pool: "a"}, {Reason: "r"}}}), &m)
+	if _, err := wire.PodDecisionFromProto(&m); err == nil || !strings.Contains(err.Error(), "rejected[1].pool") {
+		t.Errorf("empty rejected pool: %v", err)
 	}
 
 	var info pb.PluginInfo

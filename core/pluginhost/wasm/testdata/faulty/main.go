@@ -8,6 +8,7 @@
 //	env      reports what it can see of the outside world in Reason
 //	error    returns an error (a policy error, not a trap)
 //	badpool  answers a candidate with an empty pool name (invalid output)
+//	rejected answers NoFit with a Cause and per-pool Rejected detail
 //
 // Any other pod gets the first pool of each family, in request order, with the pod name
 // echoed in Source so tests can tell concurrent answers apart.
@@ -54,6 +55,12 @@ func (faulty) SelectPodPools(_ context.Context, r *policy.PodRequest) (policy.Po
 		return policy.PodDecision{}, errors.New("policy failed on purpose")
 	case "badpool":
 		return policy.PodDecision{Code: policy.Decided, IPv4: []policy.Candidate{{Pool: ""}}}, nil
+	case "rejected":
+		return policy.PodDecision{Code: policy.NoFit, Reason: "no pool fits", Cause: policy.CauseNoMatch,
+			Rejected: []policy.Rejection{
+				{Pool: "pool-v4-00", Family: policy.IPv4, Cause: policy.CauseInvalid, Reason: "annotation names no pool"},
+				{Pool: "pool-v6-00", Cause: policy.CauseUnavailable, Reason: "disabled"},
+			}}, nil
 	}
 	d := policy.PodDecision{Code: policy.Decided, Source: "pod " + r.Pod.Name}
 	for _, p := range r.Pools {
