@@ -3,6 +3,7 @@ package k8senv
 import (
 	"maps"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -15,8 +16,9 @@ import (
 // concurrent use; one Counter may wrap the configs of many clients (thousands of simulated
 // agents).
 type Counter struct {
-	mu sync.Mutex
-	by map[string]int64
+	mu     sync.Mutex
+	by     map[string]int64
+	failed map[string]int64 // by "VERB resource CODE" (HTTP status >= 400) or "VERB resource error"
 }
 
 // Wrap returns a copy of cfg whose requests c counts. The copy keeps cfg's TLS settings, so
@@ -32,6 +34,15 @@ func (c *Counter) Snapshot() map[string]int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return maps.Clone(c.by)
+}
+
+// Failed returns the requests so far that failed, by "VERB resource CODE" (an HTTP status of
+// 400 or more: 429 is API Priority and Fairness refusing, 409 a conflict or AlreadyExists) or
+// "VERB resource error" (no response: a timeout, a broken connection).
+func (c *Counter) Failed() map[string]int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return maps.Clone(c.failed)
 }
 
 // Total is the number of requests so far.
@@ -77,8 +88,25 @@ func (t countingRT) RoundTrip(r *http.Request) (*http.Response, error) {
 	} else if r.Method == http.MethodGet && isCollection(r.URL.Path) {
 		verb = "LIST"
 	}
-	t.c.add(verb + " " + ResourceOf(r.URL.Path))
-	return t.rt.RoundTrip(r)
+	key := verb + " " + ResourceOf(r.URL.Path)
+	t.c.add(key)
+	resp, err := t.rt.RoundTrip(r)
+	switch {
+	case err != nil:
+		t.c.fail(key + " error")
+	case resp.StatusCode >= 400:
+		t.c.fail(key + " " + strconv.Itoa(resp.StatusCode))
+	}
+	return resp, err
+}
+
+func (c *Counter) fail(key string) {
+	c.mu.Lock()
+	if c.failed == nil {
+		c.failed = map[string]int64{}
+	}
+	c.failed[key]++
+	c.mu.Unlock()
 }
 
 // apiParts is an API path without its group/version prefix and namespace:

@@ -2,6 +2,7 @@ package scale
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"log/slog"
@@ -23,6 +24,7 @@ import (
 // store, started together as on a cluster that boots.
 type fleet struct {
 	cfg   *rest.Config // counted (k8senv.Counter), shared by every agent as one kubeconfig is
+	tls   *tls.Config  // cfg's TLS settings, for each agent's own transport (ownTransport)
 	dir   string
 	start time.Time
 
@@ -73,7 +75,7 @@ func (f *fleet) startOne(name string) error {
 	}
 	def := config.DefaultCluster()
 	a, err := agent.New(agent.Options{
-		NodeName: name, RESTConfig: f.cfg, PreAllocation: def.PreAllocation,
+		NodeName: name, RESTConfig: ownTransport(f.cfg, f.tls), PreAllocation: def.PreAllocation,
 		Debounce: def.RequestDebounce, ReleaseDelay: def.ReleaseDelay,
 		ReclaimGrace: def.ReclaimGrace, ReclaimInterval: def.ReclaimInterval, Resync: def.Resync,
 		Logger: discard(), Store: st,

@@ -91,8 +91,6 @@ type params struct {
 func startEnv(tb testing.TB) *k8senv.Env {
 	env := k8senv.Start(tb, k8senv.Options{ExtraAPIServerFlags: []string{
 		"--max-requests-inflight=2000", "--max-mutating-requests-inflight=1000",
-		// Streams per connection: the agents share at most 64 connections (sharedTransport).
-		"--http2-max-streams-per-connection=2000",
 	}, ServiceAccounts: []string{agentServiceAccount}})
 	c, err := env.Client()
 	if err != nil {
