@@ -121,9 +121,13 @@ func (w *walWriter) append(batch []*op) (written bool, err error) {
 // grow extends the current segment with zeros when n more bytes would pass its end. It
 // is an optimisation only: if the zeros do not fit (a nearly full disk), the frame's own
 // write extends the file, and only that write's outcome counts.
+//
+// Without fsync (NoSync) there is nothing to spare, so nothing is written ahead: a test that
+// runs thousands of stores in one process (test/scale) would otherwise write a chunk of zeros
+// for each, gigabytes that the disk's writeback then makes every writer on the machine wait for.
 func (w *walWriter) grow(n int64) {
 	end := w.size[w.cur]
-	if w.off+n <= end {
+	if w.noSync || w.off+n <= end {
 		return
 	}
 	zeros := walZeros
