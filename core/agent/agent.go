@@ -262,21 +262,9 @@ func (a *Agent) Run(ctx context.Context, m *ipam.Manager) error {
 		if err != nil {
 			return fmt.Errorf("agent: informer for %T: %w", obj, err)
 		}
-		h := toolscache.ResourceEventHandlerFuncs{
-			AddFunc:    func(any) { a.loop.Trigger() },
-			UpdateFunc: func(any, any) { a.loop.Trigger() },
-			DeleteFunc: func(any) { a.loop.Trigger() },
-		}
-		switch obj.(type) {
-		case *corev1.Node:
-			if a.opts.PodCIDRs == nil {
-				continue // read at ADD time only
-			}
-			// kubernetes mode: the Node's pod CIDRs are the node's blocks.
-		case *corev1.Namespace:
+		h, ok := a.handlerFor(obj)
+		if !ok {
 			continue // read at ADD time only
-		case *corev1.Pod:
-			h = toolscache.ResourceEventHandlerFuncs{DeleteFunc: func(any) { a.kickReclaim() }}
 		}
 		if _, err := inf.AddEventHandler(h); err != nil {
 			return fmt.Errorf("agent: event handler for %T: %w", obj, err)
@@ -306,6 +294,46 @@ func (a *Agent) Run(ctx context.Context, m *ipam.Manager) error {
 	go func() { defer wg.Done(); a.reclaimLoop(ctx) }()
 	wg.Wait()
 	return nil
+}
+
+// handlerFor is the event handler of obj's informer; none (false) for the kinds the agent
+// only reads when a pod is added.
+func (a *Agent) handlerFor(obj client.Object) (toolscache.ResourceEventHandler, bool) {
+	h := toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { a.loop.Trigger() },
+		UpdateFunc: func(any, any) { a.loop.Trigger() },
+		DeleteFunc: func(any) { a.loop.Trigger() },
+	}
+	switch obj.(type) {
+	case *corev1.Node:
+		// kubernetes mode: the Node's pod CIDRs are the node's blocks.
+		return h, a.opts.PodCIDRs != nil
+	case *corev1.Namespace:
+		return nil, false
+	case *corev1.Pod:
+		return toolscache.ResourceEventHandlerFuncs{DeleteFunc: func(any) { a.kickReclaim() }}, true
+	case *v1alpha1.IPPool:
+		h.UpdateFunc = func(old, cur any) {
+			if poolChanged(old, cur) {
+				a.loop.Trigger()
+			}
+		}
+	}
+	return h, true
+}
+
+// poolChanged reports whether an IPPool update changes what the agent reads of it (its spec,
+// whose changes bump the generation, and whether it is being deleted). The operator rewrites
+// every pool's status (its counters) about once a second while nodes take blocks, and each
+// such write reaches every node: a sync per node for each would be thousands of syncs per
+// second in a large cluster that change nothing.
+func poolChanged(old, cur any) bool {
+	o, ok1 := old.(*v1alpha1.IPPool)
+	c, ok2 := cur.(*v1alpha1.IPPool)
+	if !ok1 || !ok2 {
+		return true
+	}
+	return o.Generation != c.Generation || (o.DeletionTimestamp == nil) != (c.DeletionTimestamp == nil)
 }
 
 // loggedSync is sync with its failures logged: the loop retries them with backoff, and an

@@ -7,6 +7,11 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	toolscache "k8s.io/client-go/tools/cache"
+
+	"github.com/allot-ipam/allot/core/k8s/apis/allot/v1alpha1"
 )
 
 // calls records the times fn was called.
@@ -130,4 +135,29 @@ func sleep(d time.Duration) {
 	synctest.Wait()
 	time.Sleep(d) // sleep: in a synctest bubble: simulated time, instant
 	synctest.Wait()
+}
+
+// An IPPool update wakes the node loop only when it changes what the agent reads: the
+// operator's status (counter) writes reach every node and must not cost each a sync.
+func TestPoolChanged(t *testing.T) {
+	base := &v1alpha1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: "p", Generation: 3}}
+	status := base.DeepCopy()
+	status.Status.IPv4 = &v1alpha1.PoolFamilyStatus{AllocatedBlocks: 7}
+	spec := base.DeepCopy()
+	spec.Generation = 4
+	now := metav1.Now()
+	deleting := base.DeepCopy()
+	deleting.DeletionTimestamp = &now
+	for _, c := range []struct {
+		name string
+		cur  *v1alpha1.IPPool
+		want bool
+	}{{"status only", status, false}, {"spec", spec, true}, {"deleting", deleting, true}} {
+		if got := poolChanged(base, c.cur); got != c.want {
+			t.Errorf("%s: poolChanged = %v, want %v", c.name, got, c.want)
+		}
+	}
+	if !poolChanged(toolscache.DeletedFinalStateUnknown{}, base) {
+		t.Error("an update of an unexpected type must wake the loop")
+	}
 }
