@@ -38,6 +38,12 @@ type instance struct {
 	views   []wire.PoolSnapshot
 	fullReq []byte
 	refRun  []uint64
+	// parts mirrors the parts of a pod request the instance has (partrefs.go); partReq is
+	// the buffer a request is encoded in before they are left out, podKeep and podRest
+	// scratch for splitting the pod.
+	parts            [numParts]partMirror
+	partReq          []byte
+	podKeep, podRest []byte
 
 	// The watchdog of an instrumented module (interrupt.go); stop is nil when the module
 	// could not be instrumented and wazero enforces deadlines itself.

@@ -110,8 +110,9 @@ type Plugin struct {
 	// instrumented: the module carries the interrupt global and loop checks (interrupt.go)
 	// and the runtime runs without WithCloseOnContextDone.
 	instrumented bool
-	// poolRefs: the guest takes pool references (allot_features, poolrefs.go).
-	poolRefs bool
+	// poolRefs: the guest takes pool references (allot_features, poolrefs.go); partRefs:
+	// part references (partrefs.go).
+	poolRefs, partRefs bool
 
 	// slots holds one entry per instance the plugin may have: an idle instance, or nil for
 	// an empty slot that the next caller fills. Taking an entry is the right to run one
@@ -359,6 +360,7 @@ func (p *Plugin) handshake(ctx context.Context, in *instance) error {
 			return fmt.Errorf("read features: %w", p.classify(fmt.Errorf("%s: %w", exportFeatures, err), in))
 		}
 		p.poolRefs = in.stack[0]&featurePoolRefs != 0
+		p.partRefs = in.stack[0]&featurePartRefs != 0
 	}
 	if in.mod.ExportedFunction(exportPluginInfo) != nil {
 		b, err := in.callString(ctx, p.initTimeout, exportPluginInfo)
@@ -384,7 +386,15 @@ func (p *Plugin) SelectPodPools(ctx context.Context, req *policy.PodRequest) (po
 	}
 	var dec policy.PodDecision
 	err := p.invoke(ctx, op, selectPod, func(in *instance, dst []byte) ([]byte, error) {
-		return in.encodePod(dst, req, p.poolRefs)
+		if !p.partRefs {
+			return in.encodePod(dst, req, p.poolRefs)
+		}
+		full, err := in.encodePod(in.partReq[:0], req, p.poolRefs)
+		if err != nil {
+			return dst, err
+		}
+		in.partReq = full[:0]
+		return in.withPartRefs(dst, full), nil
 	}, func(body []byte) (err error) {
 		dec, err = decodePodDecision(body)
 		return err
@@ -434,7 +444,7 @@ func (p *Plugin) invoke(ctx context.Context, op string, which export,
 	}
 	req, err := encode(in, in.req[:0])
 	if err != nil {
-		in.forgetPools() // the mirrors may be half updated
+		in.forget() // the mirrors may be half updated
 		p.release(in)
 		return fail(fmt.Errorf("encode request: %w", err))
 	}
@@ -469,7 +479,7 @@ func (p *Plugin) answer(in *instance, frame []byte, decode func([]byte) error) e
 		return err
 	case frameError:
 		msg := string(frame[1:])
-		in.forgetPools() // the guest may have failed to decode: its cache is unknown
+		in.forget() // the guest may have failed to decode: its cache is unknown
 		p.release(in)
 		return fmt.Errorf("%w: %s", ErrPolicy, msg)
 	default:

@@ -85,7 +85,7 @@ func (in *instance) withPoolRefs(dst, req []byte) []byte {
 	dst = appendRefRun(dst, run)
 	in.refRun = run[:0]
 	if len(b) > 0 { // malformed: send it as it is, and trust nothing cached
-		in.forgetPools()
+		in.forget()
 		return append(dst[:start], req...)
 	}
 	in.pools = in.pools[:pos]
@@ -130,5 +130,8 @@ func appendRefRun(dst []byte, run []uint64) []byte {
 	return dst
 }
 
-// forgetPools clears the mirrors: the next request sends every pool in full.
-func (in *instance) forgetPools() { in.pools, in.views = in.pools[:0], in.views[:0] }
+// forget clears the mirrors: the next request sends every pool and part in full.
+func (in *instance) forget() {
+	in.pools, in.views = in.pools[:0], in.views[:0]
+	in.forgetParts()
+}

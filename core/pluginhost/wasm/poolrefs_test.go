@@ -59,7 +59,7 @@ func TestWithPoolRefs(t *testing.T) {
 		{"record changed: split runs", func() { req.Pools[5].Disabled = true }, []int{5, -1, 14}},
 		{"pool removed: positions shift", func() { req.Pools = slices.Delete(req.Pools, 0, 1) },
 			slices.Repeat([]int{-1}, 19)},
-		{"forgotten after a failed call", func() { in.forgetPools() }, slices.Repeat([]int{-1}, 19)},
+		{"forgotten after a failed call", func() { in.forget() }, slices.Repeat([]int{-1}, 19)},
 	}
 	for _, s := range steps {
 		s.change()

@@ -33,7 +33,7 @@ func TestEncodePodMatchesPoolRefs(t *testing.T) {
 		{"pool removed", func() { req.Pools = slices.Delete(req.Pools, 0, 1) }},
 		{"unchanged again", func() {}},
 		{"pod changed", func() { req.Pod.Name = "web-2" }},
-		{"forgotten", func() { viaViews.forgetPools(); viaBytes.forgetPools() }},
+		{"forgotten", func() { viaViews.forget(); viaBytes.forget() }},
 		{"after forgetting", func() {}},
 	}
 	for _, s := range steps {

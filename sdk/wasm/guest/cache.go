@@ -44,6 +44,73 @@ type reqCache struct {
 	cniVal         policy.CNIRequest
 	podLabels      mapCache
 	podAnnotations mapCache
+	// podRest is the pod of the last request that carried one in full, without its name
+	// and uid: what a partPodRest reference stands for (podRestOK once there is one).
+	podRest   policy.Pod
+	podRestOK bool
+}
+
+// Part bits of PodRequest field podReqPartRefs (sdk/ABI.md, "Part references"): each names
+// a part of the request the host left out because this instance decoded it last time.
+const (
+	partNamespace uint64 = 1 << iota
+	partNode
+	partCNI
+	partPodRest // the pod's fields other than name and uid
+	partsKnown  = partNamespace | partNode | partCNI | partPodRest
+)
+
+// partRefs fills in the parts refs names from the cache. sent has the bits of the parts
+// the request carried (partPodRest for any pod field), podRest whether a pod field carried
+// more than the name and uid.
+func (c *reqCache) partRefs(r *reader, out *policy.PodRequest, refs, sent uint64, podRest bool) {
+	const field = "part references"
+	switch {
+	case refs&^partsKnown != 0:
+		r.fail(field, "unknown part bits %#x", refs&^partsKnown)
+	case refs&sent&^partPodRest != 0:
+		r.fail(field, "parts %#x sent both in full and by reference", refs&sent&^partPodRest)
+	case refs&partPodRest != 0 && podRest:
+		r.fail("pod", "fields other than name and uid sent with a reference to them")
+	case refs&partNamespace != 0 && c.ns == nil, refs&partNode != 0 && c.node == nil,
+		refs&partCNI != 0 && c.cni == nil, refs&partPodRest != 0 && !c.podRestOK:
+		r.fail(field, "reference to a part this instance has not decoded (bits %#x)", refs)
+	}
+	if r.err != nil {
+		return
+	}
+	if refs&partNamespace != 0 {
+		out.Namespace = c.nsVal
+	}
+	if refs&partNode != 0 {
+		out.Node = c.nodeVal
+	}
+	if refs&partCNI != 0 {
+		out.CNI = c.cniVal
+	}
+	if refs&partPodRest != 0 {
+		name, uid := out.Pod.Name, out.Pod.UID
+		out.Pod = c.podRest
+		out.Pod.Name, out.Pod.UID = name, uid
+	}
+}
+
+// remember records the parts a successfully decoded request carried in full (nil bytes: not
+// carried), for the byte comparisons and for part references.
+func (c *reqCache) remember(out *policy.PodRequest, node, ns, cni []byte, podInFull bool) {
+	if node != nil {
+		c.node, c.nodeVal = node, out.Node
+	}
+	if ns != nil {
+		c.ns, c.nsVal = ns, out.Namespace
+	}
+	if cni != nil {
+		c.cni, c.cniVal = cni, out.CNI
+	}
+	if podInFull {
+		c.podRest, c.podRestOK = out.Pod, true
+		c.podRest.Name, c.podRest.UID = "", ""
+	}
 }
 
 // poolEntry is the record bytes a cached pool view (reqCache.views, kept apart so that a

@@ -26,6 +26,7 @@ import (
 const (
 	podReqPod, podReqNamespace, podReqNode, podReqCNI, podReqPools = 1, 2, 3, 4, 5
 	podReqPoolRefs                                                 = 1000 // WASM transport only: sdk/ABI.md, cache.go
+	podReqPartRefs                                                 = 1001 // likewise
 
 	podNamespace, podName, podUID, podLabels, podAnnotations, podOwnerKind, podOwnerName = 1, 2, 3, 4, 5, 6, 7
 
@@ -246,17 +247,21 @@ func decodePodRequestWith(b []byte, cached bool) (*policy.PodRequest, error) {
 	r := reader{a: &reqArena, b: reqArena.copyRequest(b), msg: msgPodRequest, index: -1}
 	out := podCache.newRequest()
 	var nodeBytes, nsBytes, cniBytes []byte
+	var podRest bool // a pod field carried more than the name and uid
+	var refs, sent uint64
 	for num, typ, ok := r.next(); ok; num, typ, ok = r.next() {
 		switch num {
 		case podReqPod:
 			s := r.sub(typ, "pod")
-			decodePod(&s, &out.Pod)
+			podRest = decodePod(&s, &out.Pod) || podRest
+			sent |= partPodRest
 			r.adopt(&s)
 		case podReqNamespace:
 			s := r.sub(typ, "namespace")
 			if cached && nsBytes != nil {
 				return decodePodRequestWith(b, false)
 			}
+			sent |= partNamespace
 			if nsBytes = s.b; cached && podCache.ns != nil && equalBytes(s.b, podCache.ns) {
 				out.Namespace = podCache.nsVal
 				continue
@@ -268,6 +273,7 @@ func decodePodRequestWith(b []byte, cached bool) (*policy.PodRequest, error) {
 			if cached && nodeBytes != nil {
 				return decodePodRequestWith(b, false)
 			}
+			sent |= partNode
 			if nodeBytes = s.b; cached && podCache.node != nil && equalBytes(s.b, podCache.node) {
 				out.Node = podCache.nodeVal
 				continue
@@ -279,6 +285,7 @@ func decodePodRequestWith(b []byte, cached bool) (*policy.PodRequest, error) {
 			if cached && cniBytes != nil {
 				return decodePodRequestWith(b, false)
 			}
+			sent |= partCNI
 			if cniBytes = s.b; cached && podCache.cni != nil && equalBytes(s.b, podCache.cni) {
 				out.CNI = podCache.cniVal
 				continue
@@ -292,9 +299,14 @@ func decodePodRequestWith(b []byte, cached bool) (*policy.PodRequest, error) {
 			r.adopt(&s)
 		case podReqPoolRefs:
 			podCache.poolRefs(&r, r.bytes(typ, fieldPools), &out.Pools)
+		case podReqPartRefs:
+			refs |= r.varint(typ, "part references")
 		default:
 			r.skip(num, typ)
 		}
+	}
+	if refs != 0 {
+		podCache.partRefs(&r, out, refs, sent, podRest)
 	}
 	if r.err != nil {
 		return nil, r.err
@@ -308,20 +320,15 @@ func decodePodRequestWith(b []byte, cached bool) (*policy.PodRequest, error) {
 	if !cached {
 		return out, nil
 	}
-	if nodeBytes != nil {
-		podCache.node, podCache.nodeVal = nodeBytes, out.Node
-	}
-	if nsBytes != nil {
-		podCache.ns, podCache.nsVal = nsBytes, out.Namespace
-	}
-	if cniBytes != nil {
-		podCache.cni, podCache.cniVal = cniBytes, out.CNI
-	}
+	podCache.remember(out, nodeBytes, nsBytes, cniBytes, sent&^refs&partPodRest != 0)
 	return out, nil
 }
 
-func decodePod(r *reader, p *policy.Pod) {
+// decodePod decodes a Pod into p and reports whether it carried fields other than the
+// name and uid (the part a part reference stands for).
+func decodePod(r *reader, p *policy.Pod) (rest bool) {
 	for num, typ, ok := r.next(); ok; num, typ, ok = r.next() {
+		rest = rest || (num != podName && num != podUID)
 		switch num {
 		case podNamespace:
 			p.Namespace = r.str(typ, "namespace")
@@ -341,6 +348,7 @@ func decodePod(r *reader, p *policy.Pod) {
 			r.skip(num, typ)
 		}
 	}
+	return rest
 }
 
 func decodeNamespace(r *reader, n *policy.Namespace) {

@@ -39,8 +39,9 @@ func allotPluginInfo() uint64 {
 	return pack(infoBuf)
 }
 
-// features is what allot_features reports (sdk/ABI.md): bit 0, pool references (cache.go).
-const features uint64 = 1 << 0
+// features is what allot_features reports (sdk/ABI.md): bit 0, pool references; bit 1,
+// part references (cache.go).
+const features uint64 = 1<<0 | 1<<1
 
 //go:wasmexport allot_features
 func allotFeatures() uint64 { return features }

@@ -57,23 +57,28 @@ func withRefs(t *testing.T, req *policy.PodRequest, refs map[int]bool) []byte {
 	return out
 }
 
+// decodeFresh decodes req's full encoding with an empty cache, leaving podCache as it was,
+// and returns a copy of what the policy would get.
+func decodeFresh(t *testing.T, req *policy.PodRequest) *policy.PodRequest {
+	t.Helper()
+	b, _ := wire.AppendPodRequest(nil, req)
+	saved := podCache
+	podCache = reqCache{}
+	got, err := decodePodRequest(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp := *got // got is podCache's reused request: copy it before restoring the cache
+	cp.Pools = append([]policy.PoolView(nil), got.Pools...)
+	podCache = saved
+	return &cp
+}
+
 // TestPoolRefs: a run of references gives what decoding the full request gives, with the
 // free counts the run carries; references to positions never decoded are refused.
 func TestPoolRefs(t *testing.T) {
 	podCache = reqCache{}
-	full := func(req *policy.PodRequest) *policy.PodRequest {
-		b, _ := wire.AppendPodRequest(nil, req)
-		saved := podCache
-		podCache = reqCache{}
-		got, err := decodePodRequest(b)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cp := *got // got is podCache's reused request: copy it before restoring the cache
-		cp.Pools = append([]policy.PoolView(nil), got.Pools...)
-		podCache = saved
-		return &cp
-	}
+	full := func(req *policy.PodRequest) *policy.PodRequest { return decodeFresh(t, req) }
 	base := richPodRequest()
 	if _, err := decodePodRequest(withRefs(t, base, nil)); err != nil { // fills the cache
 		t.Fatal(err)

@@ -9,6 +9,7 @@
 //	error    returns an error (a policy error, not a trap)
 //	badpool  answers a candidate with an empty pool name (invalid output)
 //	rejected answers NoFit with a Cause and per-pool Rejected detail
+//	echo-*   answers Skip with the request's pod, namespace, node and CNI part in Reason (echo)
 //
 // Any other pod gets the first pool of each family, in request order, with the pod name
 // echoed in Source so tests can tell concurrent answers apart.
@@ -21,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/allot-ipam/allot/sdk/policy"
@@ -62,6 +64,9 @@ func (faulty) SelectPodPools(_ context.Context, r *policy.PodRequest) (policy.Po
 				{Pool: "pool-v6-00", Cause: policy.CauseUnavailable, Reason: "disabled"},
 			}}, nil
 	}
+	if strings.HasPrefix(r.Pod.Name, "echo-") {
+		return policy.PodDecision{Code: policy.Skip, Reason: echo(r)}, nil
+	}
 	d := policy.PodDecision{Code: policy.Decided, Source: "pod " + r.Pod.Name}
 	for _, p := range r.Pools {
 		switch {
@@ -75,6 +80,11 @@ func (faulty) SelectPodPools(_ context.Context, r *policy.PodRequest) (policy.Po
 		return policy.PodDecision{Code: policy.NoFit, Reason: "no pools"}, nil
 	}
 	return d, nil
+}
+
+// echo is what an echo-* pod is answered; the tests compute the same from their request.
+func echo(r *policy.PodRequest) string {
+	return fmt.Sprintf("pod %+v ns %+v node %+v cni %+v", r.Pod, r.Namespace, r.Node, r.CNI)
 }
 
 func (faulty) SelectNodeCIDRConfig(_ context.Context, r *policy.NodeRequest) (policy.NodeDecision, error) {
