@@ -113,7 +113,7 @@ struct l4hdr_ {
 	__be16 dest;   /* ICMP: checksum */
 	__be16 w2;     /* ICMP: identifier */
 	__be16 w3;
-	__u8 pad4;
+	__u8 pad[5];   /* TCP: rest of the sequence and acknowledgment numbers, data offset */
 	__u8 tcpflags; /* TCP only: byte 13 */
 };
 
@@ -658,20 +658,16 @@ static __always_inline int allocate(struct pkt *p, const __u32 *nat, int host, _
 	return 0;
 }
 
-/* tcp_track records FIN/RST in the entry of the packet's direction; a new
- * SYN on a reused tuple clears the closing state of both entries. */
-static __always_inline void tcp_track(struct pkt *p, struct ct_val *v, const struct ct_key *rk)
+/* tcp_track records FIN/RST in the entry of the packet's direction. A SYN
+ * (a new connection on a reused tuple on the way out, its SYN-ACK on the
+ * way back) clears the closing state of its own direction's entry: each
+ * direction clears its own, so no packet looks up the other entry. */
+static __always_inline void tcp_track(struct pkt *p, struct ct_val *v)
 {
 	__u8 f = p->tcpflags;
-	if ((f & (TCP_FLAG_SYN | TCP_FLAG_ACK)) == TCP_FLAG_SYN) {
-		if (v->flags & (CT_FIN | CT_RST)) {
+	if (f & TCP_FLAG_SYN) {
+		if (v->flags & (CT_FIN | CT_RST))
 			v->flags &= ~(CT_FIN | CT_RST);
-			if (rk) {
-				struct ct_val *r = bpf_map_lookup_elem(&ct, rk);
-				if (r)
-					r->flags &= ~(CT_FIN | CT_RST);
-			}
-		}
 		return;
 	}
 	if ((f & TCP_FLAG_FIN) && !(v->flags & CT_FIN))
@@ -699,16 +695,8 @@ int allot_snat_egress(struct __sk_buff *skb)
 		refresh(v);
 		addr_cpy(naddr, v->addr);
 		nport = v->port;
-		if (p.k.proto == PROTO_TCP && p.tcpflags & (TCP_FLAG_SYN | TCP_FLAG_FIN | TCP_FLAG_RST)) {
-			struct ct_key rk = {};
-			addr_cpy(rk.saddr, p.k.daddr);
-			addr_cpy(rk.daddr, naddr);
-			rk.sport = p.k.dport;
-			rk.dport = nport;
-			rk.proto = PROTO_TCP;
-			rk.dir = DIR_INGRESS;
-			tcp_track(&p, v, &rk);
-		}
+		if (p.k.proto == PROTO_TCP && p.tcpflags & (TCP_FLAG_SYN | TCP_FLAG_FIN | TCP_FLAG_RST))
+			tcp_track(&p, v);
 	} else {
 		__u32 ifindex = skb->ifindex;
 		struct snat_cfg *sc = bpf_map_lookup_elem(&snat_addrs, &ifindex);
@@ -754,8 +742,8 @@ int allot_snat_ingress(struct __sk_buff *skb)
 	if (!v)
 		return TCX_NEXT;
 	refresh(v);
-	if (p.k.proto == PROTO_TCP && p.tcpflags & (TCP_FLAG_FIN | TCP_FLAG_RST))
-		tcp_track(&p, v, NULL);
+	if (p.k.proto == PROTO_TCP && p.tcpflags & (TCP_FLAG_SYN | TCP_FLAG_FIN | TCP_FLAG_RST))
+		tcp_track(&p, v);
 
 	__u32 oaddr[4];
 	addr_cpy(oaddr, v->addr);
