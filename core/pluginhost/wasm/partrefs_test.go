@@ -14,28 +14,18 @@ import (
 // of its pod.
 func partShape(t *testing.T, b []byte) (bits uint64, present []protowire.Number, pod []protowire.Number) {
 	t.Helper()
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		m := protowire.ConsumeFieldValue(num, typ, b[max(n, 0):])
-		if n < 0 || m < 0 {
-			t.Fatal("malformed request")
-		}
+	fieldsOf(t, b, func(num protowire.Number, val []byte) {
 		switch num {
 		case fPodReqPartRefs:
-			bits, _ = protowire.ConsumeVarint(b[n:])
+			bits, _ = protowire.ConsumeVarint(val)
 		case fPodReqPod:
-			body, _ := protowire.ConsumeBytes(b[n:])
-			for len(body) > 0 {
-				pn, pt, k := protowire.ConsumeTag(body)
-				pod = append(pod, pn)
-				body = body[k+protowire.ConsumeFieldValue(pn, pt, body[k:]):]
-			}
+			body, _ := protowire.ConsumeBytes(val)
+			fieldsOf(t, body, func(pn protowire.Number, _ []byte) { pod = append(pod, pn) })
 		}
 		if num >= 1 && num <= 4 {
 			present = append(present, num)
 		}
-		b = b[n+m:]
-	}
+	})
 	return bits, present, pod
 }
 
@@ -84,12 +74,12 @@ func popcount(v uint64) int {
 	return n
 }
 
-// TestPartRefsThroughGuest: with part references the guest sees every change of the pod,
-// namespace, node and CNI part, and the same request as without them.
+// TestPartRefsThroughGuest: with part references and runs of unchanged pools the guest sees
+// every change of the pod, namespace, node, CNI part and free counts.
 func TestPartRefsThroughGuest(t *testing.T) {
 	p := openGuest(t, buildGuest(t, faultyDir, true), func(c *Config) { c.Instances = 1 })
-	if !p.partRefs {
-		t.Fatal("the SDK guest does not announce part references")
+	if !p.partRefs || !p.sameRuns {
+		t.Fatalf("the SDK guest announces part references %v, unchanged runs %v; want both", p.partRefs, p.sameRuns)
 	}
 	req := podRequest("echo-1", map[string]string{"app": "web"})
 	for i, change := range []func(){
@@ -101,6 +91,11 @@ func TestPartRefsThroughGuest(t *testing.T) {
 		func() { req.Node = policy.Node{Name: "node-2"} },
 		func() { req.CNI.Pools = []string{"pool-v4-01"} },
 		func() { req.Pod.OwnerKind, req.Pod.OwnerName = "", "" },
+		func() { req.Pools[3].Free++ },
+		func() {},
+		func() { req.Pools[0].Free, req.Pools[19].Free = 0, 1 },
+		func() {},
+		func() { req.Pools[0].Free = 5 },
 		func() {},
 	} {
 		change()
@@ -108,7 +103,10 @@ func TestPartRefsThroughGuest(t *testing.T) {
 		if err != nil {
 			t.Fatalf("step %d: %v", i, err)
 		}
-		want := fmt.Sprintf("pod %+v ns %+v node %+v cni %+v", req.Pod, req.Namespace, req.Node, req.CNI)
+		want := fmt.Sprintf("pod %+v ns %+v node %+v cni %+v pools", req.Pod, req.Namespace, req.Node, req.CNI)
+		for _, p := range req.Pools {
+			want += fmt.Sprintf(" %s:%d", p.Name, p.Free)
+		}
 		if d.Reason != want {
 			t.Fatalf("step %d: guest saw\n%s\nwant\n%s", i, d.Reason, want)
 		}

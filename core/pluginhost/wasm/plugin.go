@@ -110,9 +110,9 @@ type Plugin struct {
 	// instrumented: the module carries the interrupt global and loop checks (interrupt.go)
 	// and the runtime runs without WithCloseOnContextDone.
 	instrumented bool
-	// poolRefs: the guest takes pool references (allot_features, poolrefs.go); partRefs:
-	// part references (partrefs.go).
-	poolRefs, partRefs bool
+	// poolRefs: the guest takes pool references (allot_features, poolrefs.go), sameRuns:
+	// runs of unchanged pools too; partRefs: part references (partrefs.go).
+	poolRefs, sameRuns, partRefs bool
 
 	// slots holds one entry per instance the plugin may have: an idle instance, or nil for
 	// an empty slot that the next caller fills. Taking an entry is the right to run one
@@ -361,6 +361,7 @@ func (p *Plugin) handshake(ctx context.Context, in *instance) error {
 		}
 		p.poolRefs = in.stack[0]&featurePoolRefs != 0
 		p.partRefs = in.stack[0]&featurePartRefs != 0
+		p.sameRuns = p.poolRefs && in.stack[0]&featureSameRuns != 0
 	}
 	if in.mod.ExportedFunction(exportPluginInfo) != nil {
 		b, err := in.callString(ctx, p.initTimeout, exportPluginInfo)
@@ -387,9 +388,9 @@ func (p *Plugin) SelectPodPools(ctx context.Context, req *policy.PodRequest) (po
 	var dec policy.PodDecision
 	err := p.invoke(ctx, op, selectPod, func(in *instance, dst []byte) ([]byte, error) {
 		if !p.partRefs {
-			return in.encodePod(dst, req, p.poolRefs)
+			return in.encodePod(dst, req, p.poolRefs, p.sameRuns)
 		}
-		full, err := in.encodePod(in.partReq[:0], req, p.poolRefs)
+		full, err := in.encodePod(in.partReq[:0], req, p.poolRefs, p.sameRuns)
 		if err != nil {
 			return dst, err
 		}

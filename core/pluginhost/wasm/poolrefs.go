@@ -28,12 +28,23 @@ const (
 	// fPodReqPoolRefs is the PodRequest field of a run of pool references. It is not in
 	// policy.proto: only the WASM transport sends it, and only to guests that asked.
 	fPodReqPoolRefs = 1000
+
+	// featureSameRuns: the guest keeps the free count of each reference in its cache and
+	// understands fPodReqPoolSame, a run of pools unchanged free counts included (a varint
+	// count), so an unchanged pool costs it no varint and no store (sdk/ABI.md).
+	featureSameRuns uint64 = 1 << 2
+	fPodReqPoolSame        = 1002
+
+	// sameRef, in a run of references, marks a pool the instance has with this very free
+	// count; free+1 never takes the value (splitFree refuses the two highest counts).
+	sameRef = math.MaxUint64
 )
 
 // pooledRecord is what the host knows the instance cached at one pool position.
 type pooledRecord struct {
 	split bool   // the record began with a free count, which rest excludes
 	rest  []byte // owned copy
+	free  uint64 // the free count the instance has (when split)
 }
 
 // splitFree splits a pool record into its leading free count and the rest, as the guest
@@ -43,7 +54,7 @@ func splitFree(rec []byte) (free uint64, rest []byte, ok bool) {
 		return 0, rec, false
 	}
 	v, n := protowire.ConsumeVarint(rec[1:])
-	if n < 0 || v == math.MaxUint64 { // free+1 must fit a reference
+	if n < 0 || v >= math.MaxUint64-1 { // free+1 must fit a reference, and not be sameRef
 		return 0, rec, false
 	}
 	return v, rec[1+n:], true
@@ -53,7 +64,7 @@ func splitFree(rec []byte) (free uint64, rest []byte, ok bool) {
 // decoded replaced by a reference, and updates the mirror. req is the host's own
 // PodRequest encoding; should it be malformed, it is appended unchanged and the mirror
 // cleared.
-func (in *instance) withPoolRefs(dst, req []byte) []byte {
+func (in *instance) withPoolRefs(dst, req []byte, same bool) []byte {
 	start := len(dst)
 	b := req
 	pos := 0
@@ -71,18 +82,18 @@ func (in *instance) withPoolRefs(dst, req []byte) []byte {
 		b = b[n+m:]
 		if num == fPodReqPools && typ == protowire.BytesType {
 			rec, _ := protowire.ConsumeBytes(field[n:])
-			if f, hit := in.mirror(pos, rec); hit {
+			if f, hit := in.mirror(pos, rec, same); hit {
 				run = append(run, f)
 				pos++
 				continue
 			}
 			pos++
 		}
-		dst = appendRefRun(dst, run)
+		dst = appendRuns(dst, run)
 		run = run[:0]
 		dst = append(dst, field...)
 	}
-	dst = appendRefRun(dst, run)
+	dst = appendRuns(dst, run)
 	in.refRun = run[:0]
 	if len(b) > 0 { // malformed: send it as it is, and trust nothing cached
 		in.forget()
@@ -94,25 +105,59 @@ func (in *instance) withPoolRefs(dst, req []byte) []byte {
 
 // mirror compares the pool record rec, the pos-th of the request, with the one the guest
 // decoded last time at that position. On a hit it returns the reference to send (free+1,
-// or 0 when the record has no leading free count); on a miss it records rec in its place.
-func (in *instance) mirror(pos int, rec []byte) (ref uint64, hit bool) {
+// or 0 when the record has no leading free count; sameRef, when same, for a free count the
+// instance has already); on a miss it records rec in its place.
+func (in *instance) mirror(pos int, rec []byte, same bool) (ref uint64, hit bool) {
 	free, rest, split := splitFree(rec)
 	if pos < len(in.pools) {
 		if c := &in.pools[pos]; c.split == split && bytes.Equal(c.rest, rest) {
-			if split {
-				return free + 1, true
-			}
-			return 0, true
+			return c.ref(free, same), true
 		}
 	} else {
 		in.pools = append(in.pools, pooledRecord{})
 	}
 	c := &in.pools[pos]
-	c.split, c.rest = split, append(c.rest[:0], rest...)
+	c.split, c.rest, c.free = split, append(c.rest[:0], rest...), free
 	return 0, false
 }
 
-// appendRefRun appends a pool_refs field for the pending run of references, if any.
+// ref is the reference to a cached record that now has free count free, and records it.
+func (c *pooledRecord) ref(free uint64, same bool) uint64 {
+	switch {
+	case !c.split && same:
+		return sameRef // the cached view as it is either way
+	case !c.split:
+		return 0
+	case same && c.free == free:
+		return sameRef
+	}
+	c.free = free
+	return free + 1
+}
+
+// appendRuns appends the pending run of references: each stretch of sameRef as one
+// fPodReqPoolSame field, the others as runs of references.
+func appendRuns(dst []byte, run []uint64) []byte {
+	for len(run) > 0 {
+		n := 0
+		for n < len(run) && run[n] == sameRef {
+			n++
+		}
+		if n > 0 {
+			dst = protowire.AppendTag(dst, fPodReqPoolSame, protowire.VarintType)
+			dst = protowire.AppendVarint(dst, uint64(n))
+			run = run[n:]
+		}
+		for n = 0; n < len(run) && run[n] != sameRef; {
+			n++
+		}
+		dst = appendRefRun(dst, run[:n])
+		run = run[n:]
+	}
+	return dst
+}
+
+// appendRefRun appends a pool_refs field for a run of references, if any.
 func appendRefRun(dst []byte, run []uint64) []byte {
 	if len(run) == 0 {
 		return dst

@@ -2,7 +2,9 @@ package wasm
 
 import (
 	"context"
+	"fmt"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/allot-ipam/allot/sdk/policy"
@@ -10,21 +12,31 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 )
 
+// fieldsOf calls fn with the number and the value bytes (after the tag) of each top-level
+// field of b.
+func fieldsOf(t *testing.T, b []byte, fn func(num protowire.Number, val []byte)) {
+	t.Helper()
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		m := protowire.ConsumeFieldValue(num, typ, b[max(n, 0):])
+		if n < 0 || m < 0 {
+			t.Fatalf("malformed request")
+		}
+		fn(num, b[n:n+m])
+		b = b[n+m:]
+	}
+}
+
 // refRuns returns, per top-level field of b, 'P' for a full pool record, or the length of
 // a run of pool references, and the free counts (+1) the runs carry.
 func refRuns(t *testing.T, b []byte) (shape []int, frees []uint64) {
 	t.Helper()
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		m := protowire.ConsumeFieldValue(num, typ, b[n:])
-		if n < 0 || m < 0 {
-			t.Fatalf("malformed request")
-		}
+	fieldsOf(t, b, func(num protowire.Number, val []byte) {
 		switch num {
 		case fPodReqPools:
 			shape = append(shape, -1)
 		case fPodReqPoolRefs:
-			body, _ := protowire.ConsumeBytes(b[n:])
+			body, _ := protowire.ConsumeBytes(val)
 			cnt, k := protowire.ConsumeVarint(body)
 			body = body[k:]
 			for range cnt {
@@ -33,8 +45,7 @@ func refRuns(t *testing.T, b []byte) (shape []int, frees []uint64) {
 			}
 			shape = append(shape, int(cnt))
 		}
-		b = b[n+m:]
-	}
+	})
 	return shape, frees
 }
 
@@ -46,7 +57,7 @@ func TestWithPoolRefs(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return in.withPoolRefs(nil, b)
+		return in.withPoolRefs(nil, b, false)
 	}
 	steps := []struct {
 		name   string
@@ -101,6 +112,57 @@ func TestPoolRefsThroughGuest(t *testing.T) {
 		}
 		if d.Code != tt.code {
 			t.Fatalf("step %d: %+v, want code %v", i, d, tt.code)
+		}
+	}
+}
+
+// runShape describes a request's pools: F for a full record, Rn for a run of n references,
+// Sn for a run of n unchanged pools.
+func runShape(t *testing.T, b []byte) string {
+	t.Helper()
+	var out []string
+	fieldsOf(t, b, func(num protowire.Number, val []byte) {
+		switch num {
+		case fPodReqPools:
+			out = append(out, "F")
+		case fPodReqPoolRefs:
+			body, _ := protowire.ConsumeBytes(val)
+			cnt, _ := protowire.ConsumeVarint(body)
+			out = append(out, fmt.Sprint("R", cnt))
+		case fPodReqPoolSame:
+			cnt, _ := protowire.ConsumeVarint(val)
+			out = append(out, fmt.Sprint("S", cnt))
+		}
+	})
+	return strings.Join(out, " ")
+}
+
+// TestSameRuns: pools whose free count the instance already has travel as runs of
+// unchanged pools; a changed count as a reference, after which the instance has it.
+func TestSameRuns(t *testing.T) {
+	in := &instance{}
+	req := podRequest("web", nil)
+	steps := []struct {
+		name   string
+		change func()
+		shape  string
+	}{
+		{"first request: all in full", func() {}, strings.TrimSpace(strings.Repeat("F ", 20))},
+		{"unchanged: one run", func() {}, "S20"},
+		{"free count changed", func() { req.Pools[3].Free++ }, "S3 R1 S16"},
+		{"and now the instance has it", func() {}, "S20"},
+		{"two changed", func() { req.Pools[0].Free--; req.Pools[19].Free-- }, "R1 S18 R1"},
+		{"record changed", func() { req.Pools[5].Disabled = true }, "S5 F S14"},
+		{"forgotten", func() { in.forget() }, strings.TrimSpace(strings.Repeat("F ", 20))},
+	}
+	for _, s := range steps {
+		s.change()
+		b, err := in.encodePod(nil, req, true, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := runShape(t, b); got != s.shape {
+			t.Fatalf("%s: %s, want %s", s.name, got, s.shape)
 		}
 	}
 }

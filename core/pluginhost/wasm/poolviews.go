@@ -1,6 +1,7 @@
 package wasm
 
 import (
+	"math"
 	"slices"
 
 	"github.com/allot-ipam/allot/sdk/policy"
@@ -18,7 +19,8 @@ import (
 
 // encodePod appends the request for this instance: with references when the guest takes
 // them, through the view mirror when every pool matches it.
-func (in *instance) encodePod(dst []byte, req *policy.PodRequest, refs bool) ([]byte, error) {
+// same: the guest takes runs of unchanged pools (featureSameRuns).
+func (in *instance) encodePod(dst []byte, req *policy.PodRequest, refs, same bool) ([]byte, error) {
 	if !refs {
 		return appendPodRequest(dst, req)
 	}
@@ -31,21 +33,17 @@ func (in *instance) encodePod(dst []byte, req *policy.PodRequest, refs bool) ([]
 		}
 		run := in.refRun[:0]
 		for i := range req.Pools {
-			var ref uint64
-			if in.pools[i].split {
-				ref = req.Pools[i].Free + 1
-			}
-			run = append(run, ref)
+			run = append(run, in.pools[i].ref(req.Pools[i].Free, same))
 		}
 		in.refRun = run[:0]
-		return appendRefRun(out, run), nil
+		return appendRuns(out, run), nil
 	}
 	full, err := appendPodRequest(in.fullReq[:0], req)
 	if err != nil {
 		return dst, err
 	}
 	in.fullReq = full[:0]
-	out := in.withPoolRefs(dst, full)
+	out := in.withPoolRefs(dst, full, same)
 	in.rememberViews(req.Pools)
 	return out, nil
 }
@@ -58,8 +56,9 @@ func (in *instance) viewsMatch(pools []policy.PoolView) bool {
 	}
 	for i := range pools {
 		p := &pools[i]
-		// A record without a leading free count had Free 0; a reference cannot give it one.
-		if in.pools[i].split != (p.Free != 0) || !in.views[i].Same(p) {
+		// A record without a leading free count had Free 0; a reference cannot give it one,
+		// nor carry the two highest counts (splitFree).
+		if in.pools[i].split != (p.Free != 0) || p.Free >= math.MaxUint64-1 || !in.views[i].Same(p) {
 			return false
 		}
 	}

@@ -38,7 +38,7 @@ func TestEncodePodMatchesPoolRefs(t *testing.T) {
 	}
 	for _, s := range steps {
 		s.change()
-		got, err := viaViews.encodePod(nil, req, true)
+		got, err := viaViews.encodePod(nil, req, true, true)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -46,7 +46,7 @@ func TestEncodePodMatchesPoolRefs(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if want := viaBytes.withPoolRefs(nil, full); !bytes.Equal(got, want) {
+		if want := viaBytes.withPoolRefs(nil, full, true); !bytes.Equal(got, want) {
 			t.Fatalf("%s: the view mirror's request differs from the byte mirror's", s.name)
 		}
 	}
@@ -58,12 +58,12 @@ func TestEncodePodMatchesPoolRefs(t *testing.T) {
 func BenchmarkEncodePodCached(b *testing.B) {
 	in := &instance{}
 	req := podRequest("web", map[string]string{"allot.io/pool": "pool-v4-07"})
-	buf, err := in.encodePod(nil, req, true)
+	buf, err := in.encodePod(nil, req, true, true)
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		buf, _ = in.encodePod(buf[:0], req, true)
+		buf, _ = in.encodePod(buf[:0], req, true, true)
 	}
 }

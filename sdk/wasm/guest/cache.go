@@ -177,11 +177,27 @@ func (c *reqCache) poolRefs(r *reader, b []byte, pools *[]policy.PoolView) {
 		}
 		if f != 0 && c.pools[i+j].splitFree { // else the cached record set free itself, after its prefix
 			refs[j].Free = f - 1
+			c.views[i+j].Free = f - 1 // what a run of unchanged pools stands for from now on
 		}
 	}
 	if len(b) != 0 {
 		r.fail(idx(fieldPools, i), "pool reference run longer than its count")
 	}
+}
+
+// sameRun resolves a run of n unchanged pools (field podReqPoolSame): the next n pools are
+// the ones this instance has at these positions, free counts included (the last ones a
+// record or a reference carried). One copy, nothing walked.
+func (c *reqCache) sameRun(r *reader, n uint64, pools *[]policy.PoolView) {
+	i := len(*pools)
+	if r.err != nil {
+		return
+	}
+	if i > len(c.views) || n > uint64(len(c.views)-i) {
+		r.fail(idx(fieldPools, i), "run of unchanged pools this instance has not decoded at these positions")
+		return
+	}
+	*pools = append(*pools, c.views[i:i+int(n)]...)
 }
 
 // freeTag is the tag byte of PoolView.free (field 6, varint).
@@ -206,10 +222,10 @@ func (c *reqCache) poolView(r *reader, v *policy.PoolView) {
 	free, rest, split := splitFreePrefix(r.b)
 	if i < len(c.pools) {
 		if e := &c.pools[i]; e.rest != nil && e.splitFree == split && equalBytes(rest, e.rest) {
-			*v = c.views[i]
 			if split {
-				v.Free = free
+				c.views[i].Free = free
 			}
+			*v = c.views[i]
 			r.b = nil
 			return
 		}

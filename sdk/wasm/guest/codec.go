@@ -27,6 +27,7 @@ const (
 	podReqPod, podReqNamespace, podReqNode, podReqCNI, podReqPools = 1, 2, 3, 4, 5
 	podReqPoolRefs                                                 = 1000 // WASM transport only: sdk/ABI.md, cache.go
 	podReqPartRefs                                                 = 1001 // likewise
+	podReqPoolSame                                                 = 1002 // likewise
 
 	podNamespace, podName, podUID, podLabels, podAnnotations, podOwnerKind, podOwnerName = 1, 2, 3, 4, 5, 6, 7
 
@@ -299,6 +300,8 @@ func decodePodRequestWith(b []byte, cached bool) (*policy.PodRequest, error) {
 			r.adopt(&s)
 		case podReqPoolRefs:
 			podCache.poolRefs(&r, r.bytes(typ, fieldPools), &out.Pools)
+		case podReqPoolSame:
+			podCache.sameRun(&r, r.varint(typ, fieldPools), &out.Pools)
 		case podReqPartRefs:
 			refs |= r.varint(typ, "part references")
 		default:

@@ -40,8 +40,8 @@ func allotPluginInfo() uint64 {
 }
 
 // features is what allot_features reports (sdk/ABI.md): bit 0, pool references; bit 1,
-// part references (cache.go).
-const features uint64 = 1<<0 | 1<<1
+// part references; bit 2, runs of unchanged pools (cache.go).
+const features uint64 = 1<<0 | 1<<1 | 1<<2
 
 //go:wasmexport allot_features
 func allotFeatures() uint64 { return features }

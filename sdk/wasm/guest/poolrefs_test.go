@@ -105,3 +105,40 @@ func TestPoolRefs(t *testing.T) {
 		t.Errorf("reference to an uncached pool: err %v, want one naming pools[0]", err)
 	}
 }
+
+// TestSameRuns: a run of unchanged pools gives the pools as last decoded or referenced,
+// free counts included; one beyond the cache is refused.
+func TestSameRuns(t *testing.T) {
+	podCache = reqCache{}
+	req := richPodRequest()
+	n := len(req.Pools)
+	if _, err := decodePodRequest(withRefs(t, req, nil)); err != nil { // fills the cache
+		t.Fatal(err)
+	}
+	same := func(b []byte, k int) []byte {
+		return protowire.AppendVarint(protowire.AppendTag(b, podReqPoolSame, protowire.VarintType), uint64(k))
+	}
+	head := withRefs(t, &policy.PodRequest{Pod: req.Pod, Namespace: req.Namespace, Node: req.Node, CNI: req.CNI}, nil)
+	check := func(name string, b []byte) {
+		t.Helper()
+		got, err := decodePodRequest(b)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if want := decodeFresh(t, req); !reflect.DeepEqual(got, want) {
+			t.Fatalf("%s: got %+v\nwant %+v", name, got, want)
+		}
+	}
+	check("all unchanged", same(append([]byte(nil), head...), n))
+	req.Pools[0].Free = 4242
+	refs := map[int]bool{}
+	for i := range req.Pools {
+		refs[i] = true
+	}
+	check("all referenced, the first with a new free count", withRefs(t, req, refs))
+	check("unchanged after the reference", same(append([]byte(nil), head...), n))
+	_, err := decodePodRequest(same(append([]byte(nil), head...), n+1))
+	if err == nil || !strings.Contains(err.Error(), "pools[0]") {
+		t.Errorf("a run beyond the cache: %v, want an error naming pools[0]", err)
+	}
+}

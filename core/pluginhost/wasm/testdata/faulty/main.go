@@ -9,7 +9,8 @@
 //	error    returns an error (a policy error, not a trap)
 //	badpool  answers a candidate with an empty pool name (invalid output)
 //	rejected answers NoFit with a Cause and per-pool Rejected detail
-//	echo-*   answers Skip with the request's pod, namespace, node and CNI part in Reason (echo)
+//	echo-*   answers Skip with the request's pod, namespace, node, CNI part and pools' free
+//	         counts in Reason (echo)
 //
 // Any other pod gets the first pool of each family, in request order, with the pod name
 // echoed in Source so tests can tell concurrent answers apart.
@@ -84,7 +85,11 @@ func (faulty) SelectPodPools(_ context.Context, r *policy.PodRequest) (policy.Po
 
 // echo is what an echo-* pod is answered; the tests compute the same from their request.
 func echo(r *policy.PodRequest) string {
-	return fmt.Sprintf("pod %+v ns %+v node %+v cni %+v", r.Pod, r.Namespace, r.Node, r.CNI)
+	s := fmt.Sprintf("pod %+v ns %+v node %+v cni %+v pools", r.Pod, r.Namespace, r.Node, r.CNI)
+	for _, p := range r.Pools {
+		s += fmt.Sprintf(" %s:%d", p.Name, p.Free)
+	}
+	return s
 }
 
 func (faulty) SelectNodeCIDRConfig(_ context.Context, r *policy.NodeRequest) (policy.NodeDecision, error) {
