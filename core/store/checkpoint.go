@@ -3,6 +3,7 @@ package store
 import (
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -67,7 +68,8 @@ func (s *Store) checkpoint(job ckptJob) error {
 	if err != nil {
 		return s.checkpointFailed(job, fmt.Errorf("begin transaction: %w", err))
 	}
-	for k, e := range job.entries {
+	for _, k := range sortedKeys(job.entries) {
+		e := job.entries[k]
 		kind := walPut
 		switch {
 		case k[0] == tagMeta && e.del:
@@ -108,6 +110,19 @@ func (s *Store) checkpoint(job ckptJob) error {
 	}
 	s.ckptBusy.Store(false)
 	return nil
+}
+
+// sortedKeys returns the overlay's keys in bbolt's order. Put in that order, each key
+// lands at or near the end of the node the previous one went to: in the map's random
+// order every insert shifted the rest of its node and searched from the root afresh
+// (BenchmarkCheckpoint).
+func sortedKeys(ov overlay) []string {
+	keys := make([]string, 0, len(ov))
+	for k := range ov {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
 }
 
 func (s *Store) checkpointFailed(job ckptJob, err error) error {

@@ -75,7 +75,9 @@
 // A checkpoint (checkpoint.go) starts when the active segment passes 2 MiB, or
 // once a second if anything was written: between two frames the committer
 // freezes the overlay, switches to the other segment and hands the frozen writes
-// to the checkpointer, which writes them into bbolt in one transaction together
+// to the checkpointer, which writes them into bbolt in one transaction, in key order
+// (each lands beside the previous one; in the map's random order a checkpoint of 5,000
+// random container IDs took about 1.5x as long, BenchmarkCheckpoint), together
 // with the sequence number of the last frame they hold (meta "wal_seq"). Once that
 // commit is synced the old segment may be written over from its start. Only one
 // checkpoint runs at a time; while it runs the active segment just grows. A
