@@ -8,9 +8,11 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/allot-ipam/allot/bpf"
 	"github.com/allot-ipam/allot/internal/testenv"
 	"github.com/allot-ipam/allot/plugins/datapath/ebpf"
 	"github.com/allot-ipam/allot/test/datapath/topo"
+	cebpf "github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 )
 
@@ -61,6 +63,11 @@ func TestEBPFRestartKeepsFlows(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(pin, "ct")); err != nil {
 		t.Fatalf("flow table not pinned: %v", err)
 	}
+	// Programs that read the TCP flags from the wrong byte left FIN and RST
+	// marks on live flows at random; the next process clears them.
+	if n := setClosingMarks(t, filepath.Join(pin, "ct"), 0x3); n == 0 {
+		t.Fatal("no TCP flow in the pinned table")
+	}
 
 	second := ebpf.New(testLogger(t))
 	if err := inNode(tp, func() error { return second.Apply(ctx, cfg) }); err != nil {
@@ -69,6 +76,9 @@ func TestEBPFRestartKeepsFlows(t *testing.T) {
 	after, err := roundTrip(conn, "after")
 	if err != nil {
 		t.Fatalf("established flow lost across restart: %v", err)
+	}
+	if n := setClosingMarks(t, filepath.Join(pin, "ct"), 0); n != 0 {
+		t.Fatalf("%d TCP flows still marked closing after the adopting Apply", n)
 	}
 	if after != before {
 		t.Fatalf("flow seen as %s after restart, %s before", after, before)
@@ -93,4 +103,42 @@ func pinPath(t *testing.T) string {
 	}
 	t.Cleanup(func() { _ = unix.Unmount(bpffs, unix.MNT_DETACH) })
 	return filepath.Join(bpffs, "allot")
+}
+
+// setClosingMarks sets the FIN and RST marks (struct ct_val flags 0x1, 0x2)
+// given in marks on every TCP entry of the pinned flow table, or with
+// marks 0 only counts the entries that carry one; it returns how many
+// entries it changed or counted.
+func setClosingMarks(t *testing.T, path string, marks uint16) int {
+	t.Helper()
+	m, err := cebpf.LoadPinnedMap(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	var k bpf.SnatCtKey
+	var v bpf.SnatCtVal
+	var keys []bpf.SnatCtKey
+	it := m.Iterate()
+	for it.Next(&k, &v) {
+		if k.Proto == 6 && (marks != 0 || v.Flags&0x3 != 0) {
+			keys = append(keys, k)
+		}
+	}
+	if err := it.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if marks == 0 {
+		return len(keys)
+	}
+	for _, k := range keys {
+		if err := m.Lookup(&k, &v); err != nil {
+			t.Fatal(err)
+		}
+		v.Flags |= marks
+		if err := m.Update(&k, &v, cebpf.UpdateExist); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return len(keys)
 }

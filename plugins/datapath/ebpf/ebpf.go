@@ -125,9 +125,14 @@ func (d *Datapath) apply(ctx context.Context, cfg datapath.Config) error {
 	objs := d.objs
 	replaced := false
 	if objs == nil || sizes != d.sizes || cfg.PinPath != d.cfg.PinPath {
+		adopted := cfg.PinPath != "" && pathExists(filepath.Join(cfg.PinPath, bpf.SnatMapCt))
 		objs, err = load(sizes, cfg.PinPath)
 		if err != nil {
 			return err
+		}
+		if adopted {
+			n, err := clearClosingMarks(objs.Ct)
+			d.log.InfoContext(ctx, "ebpf: pinned flow table adopted, TCP closing marks cleared", "flows", n, "err", err)
 		}
 		replaced = d.objs != nil
 		if replaced {
@@ -270,6 +275,11 @@ func load(sizes datapath.MapSizes, pinPath string) (*bpf.SnatObjects, error) {
 		return nil, fmt.Errorf("ebpf: load programs: %w", err)
 	}
 	return objs, nil
+}
+
+func pathExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }
 
 // withoutKernelBTF reports whether the kernel has no BTF

@@ -2,6 +2,7 @@ package ebpf
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -267,4 +268,38 @@ func (c *collector) del(k *bpf.SnatCtKey) bool {
 		c.log.Warn("ebpf: gc delete", "err", err)
 	}
 	return err == nil
+}
+
+// clearClosingMarks clears the FIN and RST marks of the TCP entries of an
+// adopted flow table. The programs once read the TCP flags from a byte of
+// the acknowledgment number, so live flows in a table they filled carry
+// such marks at random, and the collector would delete them after 10 s
+// idle instead of 6 h. Cleared marks give the flows that really closed in
+// the last seconds the established timeout instead (the collector removed
+// older ones; LRU eviction still bounds them).
+func clearClosingMarks(m *cebpf.Map) (int, error) {
+	var k bpf.SnatCtKey
+	var v bpf.SnatCtVal
+	var marked []bpf.SnatCtKey
+	it := m.Iterate()
+	for it.Next(&k, &v) {
+		if k.Proto == protoTCP && v.Flags&(ctFIN|ctRST) != 0 {
+			marked = append(marked, k)
+		}
+	}
+	if err := it.Err(); err != nil {
+		return 0, fmt.Errorf("iterate flows: %w", err)
+	}
+	n := 0
+	for _, k := range marked {
+		// Read again: the programs keep writing the entry meanwhile.
+		if m.Lookup(&k, &v) != nil {
+			continue
+		}
+		v.Flags &^= ctFIN | ctRST
+		if m.Update(&k, &v, cebpf.UpdateExist) == nil {
+			n++
+		}
+	}
+	return n, nil
 }
