@@ -294,7 +294,11 @@ func (r *allotNodeReconciler) write(ctx context.Context, obj *allotv1.AllotNode,
 		r.m.allocated.WithLabelValues(kindPool, pool).Inc()
 		p.dirty[pool] = true
 	}
-	r.event(upd, corev1.EventTypeNormal, allotv1.ReasonAllocated, "Allocate", "allocated %s", allocationNote(p.added))
+	// No Event for a block handed out, as Kubernetes' node IPAM records none for a pod CIDR
+	// it assigns (only its failures, CIDRNotAvailable): a cluster of thousands of nodes
+	// booting would write thousands, one API write per node for what spec.ipam.pools
+	// and the PoolsFulfilled condition already say. Failures still get their Events.
+	r.log.Debug("blocks allocated", "allotNode", upd.Name, "blocks", allocationNote(p.added))
 	r.poolDirty.add(keys(p.dirty)...)
 	return upd, reconcile.Result{}, nil
 }
