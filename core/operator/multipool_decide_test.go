@@ -3,6 +3,7 @@ package operator
 import (
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -173,5 +174,37 @@ func TestAllocationNote(t *testing.T) {
 	if len(got) != 2 || got[0].Pool != "a" || !slices.Equal(got[0].CIDRs, []string{"10.0.0.0/24", "10.0.1.0/24"}) ||
 		!slices.Equal(got[1].CIDRs, []string{"fd00::100/120", "fd00::/120"}) {
 		t.Errorf("allocated = %+v", got)
+	}
+}
+
+// A pool's counters are written at most once per StatusDelay per 1,000 AllotNodes: each write
+// reaches every node's agent.
+func TestCounterDelay(t *testing.T) {
+	st := newState()
+	r := &ippoolReconciler{st: st, status: newStatusBatch(time.Second)}
+	for _, c := range []struct {
+		nodes int
+		want  time.Duration
+	}{{0, time.Second}, {999, time.Second}, {1000, 2 * time.Second}, {5000, 6 * time.Second}} {
+		st.mu.Lock()
+		st.allot = map[string]*allotHold{}
+		for i := range c.nodes {
+			st.allot[strconv.Itoa(i)] = &allotHold{}
+		}
+		st.mu.Unlock()
+		if got := r.counterDelay(); got != c.want {
+			t.Errorf("%d nodes: counterDelay = %v, want %v", c.nodes, got, c.want)
+		}
+	}
+	b := newStatusBatch(time.Second)
+	now := time.Unix(100, 0)
+	b.now = func() time.Time { return now }
+	b.written("k")
+	now = now.Add(2 * time.Second)
+	if w := b.waitAtLeast("k", 6*time.Second); w != 4*time.Second {
+		t.Errorf("waitAtLeast 6s, 2s after a write = %v, want 4s", w)
+	}
+	if w := b.waitAtLeast("k", 0); w != -time.Second {
+		t.Errorf("waitAtLeast 0 (the batch's 1s), 2s after a write = %v, want -1s", w)
 	}
 }

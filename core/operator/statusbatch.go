@@ -34,6 +34,13 @@ func (b *statusBatch) wait(key string) time.Duration {
 	return b.delay - b.now().Sub(b.last[key])
 }
 
+// waitAtLeast is wait with the batch's delay raised to d (when longer).
+func (b *statusBatch) waitAtLeast(key string, d time.Duration) time.Duration {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return max(b.delay, d) - b.now().Sub(b.last[key])
+}
+
 // written records that key's status was just written.
 func (b *statusBatch) written(key string) {
 	b.mu.Lock()
