@@ -1,6 +1,7 @@
 package guest
 
 import (
+	"maps"
 	"unsafe"
 
 	"github.com/allot-ipam/allot/sdk/policy"
@@ -257,6 +258,9 @@ func (c *reqCache) poolView(r *reader, v *policy.PoolView) {
 // run's entries.
 func (r *reader) cachedMap(num protowire.Number, typ protowire.Type, field string, m *map[string]string, mc *mapCache) {
 	if *m != nil || typ != protowire.BytesType {
+		if *m != nil && mc.m != nil && sameMap(*m, mc.m) {
+			*m = maps.Clone(*m) // a later run of the field: never add to the cached map
+		}
 		r.mapEntry(typ, field, m, 1)
 		return
 	}
@@ -297,6 +301,11 @@ func (r *reader) cachedMap(num protowire.Number, typ protowire.Type, field strin
 	}
 	r.b = r.b[end:]
 	mc.b, mc.m = run, *m
+}
+
+// sameMap reports whether a and b are the same map (not merely equal ones).
+func sameMap(a, b map[string]string) bool {
+	return *(*unsafe.Pointer)(unsafe.Pointer(&a)) == *(*unsafe.Pointer)(unsafe.Pointer(&b))
 }
 
 // equalBytes is bytes.Equal eight bytes at a time. Go's wasm port implements bytes.Equal
