@@ -111,7 +111,7 @@ bench: build bench-go bench-cni bench-datapath bench-goplugin bench-scale
 bench-go:
 	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./core/allocator/ ./core/store/ ./core/daemon/ | tee $(ALLOT_CACHE)/bench-go.txt | grep -E '^(Benchmark|goos|cpu)' | column -t
 	$(GO) test -run '^$$' -bench 'WASMPolicyDecision$$|GuestCodec' -benchmem -count=6 ./core/pluginhost/wasm/ | tee $(ALLOT_CACHE)/bench-wasm.txt | grep -E '^(Benchmark|goos|cpu)' | column -t
-	$(GO) test -run '^$$' -bench 'APIAllocate/(durable|nosync)/framed$$' -benchtime 2s -count=6 ./core/daemon/ | tee $(ALLOT_CACHE)/bench-durable.txt | grep -E '^(Benchmark|goos|cpu)' | column -t
+	$(GO) test -run '^$$' -bench 'APIAllocate/(durable|durable-nowait|nosync)/framed$$' -benchtime 2s -count=6 ./core/daemon/ | tee $(ALLOT_CACHE)/bench-durable.txt | grep -E '^(Benchmark|goos|cpu)' | column -t
 
 # A go-plugin pool-policy call against a bare gRPC echo over the same transport, alternating in one run; policy/echo-* are the ratios.
 bench-goplugin:
