@@ -636,26 +636,46 @@ func appendCause(b []byte, num protowire.Number, c policy.Cause) []byte {
 	if c == policy.CauseUnspecified {
 		return b
 	}
-	b = protowire.AppendTag(b, num, protowire.VarintType)
-	return protowire.AppendVarint(b, uint64(int64(c)))
+	return appendVarintField(b, num, uint64(int64(c)))
+}
+
+// appendVarintField and appendLen write one-byte tags, values and lengths directly, as the
+// decoder reads them (see reader.next): in a Go wasm guest each protowire call costs tens
+// of nanoseconds, which were most of encoding a small decision.
+func appendVarintField(b []byte, num protowire.Number, v uint64) []byte {
+	if num < 16 && v < 0x80 {
+		return append(b, byte(num)<<3|byte(protowire.VarintType), byte(v))
+	}
+	return appendTagged(b, num, protowire.VarintType, v)
+}
+
+// appendLen appends the tag of length-delimited field num and the length n.
+func appendLen(b []byte, num protowire.Number, n int) []byte {
+	if num < 16 && n < 0x80 {
+		return append(b, byte(num)<<3|byte(protowire.BytesType), byte(n))
+	}
+	return appendTagged(b, num, protowire.BytesType, uint64(n))
+}
+
+// appendTagged is the general case of appendVarintField and appendLen.
+func appendTagged(b []byte, num protowire.Number, typ protowire.Type, v uint64) []byte {
+	return protowire.AppendVarint(protowire.AppendTag(b, num, typ), v)
 }
 
 func appendString(b []byte, num protowire.Number, s string) []byte {
 	if s == "" {
 		return b // proto3: default values are not written
 	}
-	b = protowire.AppendTag(b, num, protowire.BytesType)
-	return protowire.AppendString(b, s)
+	return append(appendLen(b, num, len(s)), s...)
 }
 
 func appendCandidates(b []byte, num protowire.Number, cs []policy.Candidate) []byte {
 	for _, c := range cs {
-		b = protowire.AppendTag(b, num, protowire.BytesType)
 		if c.Pool == "" {
-			b = protowire.AppendVarint(b, 0) // an empty Candidate; the host rejects it, naming the field
+			b = appendLen(b, num, 0) // an empty Candidate; the host rejects it, naming the field
 			continue
 		}
-		b = protowire.AppendVarint(b, uint64(protowire.SizeTag(candPool)+protowire.SizeBytes(len(c.Pool))))
+		b = appendLen(b, num, protowire.SizeTag(candPool)+protowire.SizeBytes(len(c.Pool)))
 		b = appendString(b, candPool, c.Pool)
 	}
 	return b
@@ -664,8 +684,7 @@ func appendCandidates(b []byte, num protowire.Number, cs []policy.Candidate) []b
 // appendPodDecision appends the PodDecision encoding of d.
 func appendPodDecision(b []byte, d policy.PodDecision) []byte {
 	if v := codeValue(d.Code); v != 0 {
-		b = protowire.AppendTag(b, podDecCode, protowire.VarintType)
-		b = protowire.AppendVarint(b, v)
+		b = appendVarintField(b, podDecCode, v)
 	}
 	b = appendString(b, podDecReason, d.Reason)
 	b = appendCandidates(b, podDecIPv4, d.IPv4)
