@@ -2,10 +2,10 @@ package scale
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -23,10 +23,12 @@ import (
 // fleet is the simulated nodes: one real agent each, with its own ipam.Manager and node
 // store, started together as on a cluster that boots.
 type fleet struct {
-	cfg   *rest.Config // counted (k8senv.Counter), shared by every agent as one kubeconfig is
-	tls   *tls.Config  // cfg's TLS settings, for each agent's own transport (ownTransport)
-	dir   string
-	start time.Time
+	cfg *rest.Config // counted (k8senv.Counter), shared by every agent as one kubeconfig is
+	// transports: node i's agent uses transports[i % len]: its own connection, unless the
+	// open-file limit is too low for one per node (openFiles).
+	transports []http.RoundTripper
+	dir        string
+	start      time.Time
 
 	mu     sync.Mutex
 	agents []*simAgent
@@ -56,7 +58,7 @@ func (f *fleet) startAll(n int) {
 		f.wg.Add(1)
 		go func() {
 			defer f.wg.Done()
-			if err := f.startOne(fmt.Sprintf("node-%05d", i)); err != nil {
+			if err := f.startOne(fmt.Sprintf("node-%05d", i), f.transports[i%len(f.transports)]); err != nil {
 				f.mu.Lock()
 				f.errs = append(f.errs, err)
 				f.mu.Unlock()
@@ -68,14 +70,14 @@ func (f *fleet) startAll(n int) {
 
 // startOne builds a node as allotd's agent mode does (core/daemon: the store, the agent with
 // the cluster defaults, the manager whose OnChange wakes the agent) and runs it.
-func (f *fleet) startOne(name string) error {
+func (f *fleet) startOne(name string, rt http.RoundTripper) error {
 	st, err := store.Open(context.Background(), filepath.Join(f.dir, name+".db"), store.Options{NoSync: true})
 	if err != nil {
 		return err
 	}
 	def := config.DefaultCluster()
 	a, err := agent.New(agent.Options{
-		NodeName: name, RESTConfig: ownTransport(f.cfg, f.tls), PreAllocation: def.PreAllocation,
+		NodeName: name, RESTConfig: withTransport(f.cfg, rt), PreAllocation: def.PreAllocation,
 		Debounce: def.RequestDebounce, ReleaseDelay: def.ReleaseDelay,
 		ReclaimGrace: def.ReclaimGrace, ReclaimInterval: def.ReclaimInterval, Resync: def.Resync,
 		Logger: discard(), Store: st,
@@ -108,6 +110,13 @@ func (f *fleet) startOne(name string) error {
 	}()
 	go f.awaitBlocks(ctx, s)
 	return nil
+}
+
+// withTransport is cfg over rt.
+func withTransport(cfg *rest.Config, rt http.RoundTripper) *rest.Config {
+	out := rest.CopyConfig(cfg)
+	out.Transport = rt
+	return out
 }
 
 func (s *simAgent) kick() {

@@ -50,7 +50,7 @@ type result struct {
 // run starts the API server, the operator and p.nodes agents, waits until every node holds
 // its blocks, counts the requests of a steady window, then stops the agents to weigh them.
 func run(tb testing.TB, p params) *result {
-	raiseFileLimit(tb, uint64(p.nodes)*4+4096)
+	conns := openFiles(tb, p.nodes)
 	servePprof(tb)
 	env := startEnv(tb)
 	r := &result{p: p}
@@ -64,7 +64,7 @@ func run(tb testing.TB, p params) *result {
 		tb.Fatal(err)
 	}
 	base, tlsCfg := agentTransport(tb, agentCfg)
-	f := &fleet{cfg: agCnt.Wrap(base), tls: tlsCfg, dir: tb.TempDir()}
+	f := &fleet{cfg: agCnt.Wrap(base), transports: transports(conns, tlsCfg), dir: tb.TempDir()}
 	defer f.stopAll()
 	stopProgress := make(chan struct{})
 	go progress(f, opCnt, agCnt, env.Dir, stopProgress)
@@ -93,8 +93,8 @@ func run(tb testing.TB, p params) *result {
 	return r
 }
 
-// agentTransport is cfg without its TLS settings, and their tls.Config: each simulated node
-// then gets a transport of its own (ownTransport), as an agent on its own node has.
+// agentTransport is cfg without its TLS settings, and their tls.Config, for the agents'
+// own transports (transports).
 func agentTransport(tb testing.TB, cfg *rest.Config) (*rest.Config, *tls.Config) {
 	tlsCfg, err := rest.TLSConfigFor(cfg)
 	if err != nil {
@@ -105,17 +105,20 @@ func agentTransport(tb testing.TB, cfg *rest.Config) (*rest.Config, *tls.Config)
 	return out, tlsCfg
 }
 
-// ownTransport is cfg with a transport of its own, of one HTTP/2 connection, as the agent on
-// a node has (client-go keys its transport cache by the config's settings, which are the
-// same for every simulated node, so without it they would all share one). Sharing a few
-// connections was cheaper for the test but not for the API server: its HTTP/2 write
-// scheduler scans every stream of a connection for each frame it writes, and 5,000 agents'
-// 25,000 watch streams on 64 connections made that quadratic.
-func ownTransport(cfg *rest.Config, tlsCfg *tls.Config) *rest.Config {
-	out := rest.CopyConfig(cfg)
-	out.Transport = &http.Transport{
-		TLSClientConfig: tlsCfg, ForceAttemptHTTP2: true, MaxConnsPerHost: 1,
-		TLSHandshakeTimeout: 10 * time.Second, IdleConnTimeout: 90 * time.Second,
+// transports are n transports of one HTTP/2 connection each: a node's agent has its own, as
+// on a node (client-go keys its transport cache by the config's settings, which are the same
+// for every simulated node, so without them they would all share one), unless the open-file
+// limit makes nodes share (openFiles). Sharing a few was cheaper for the test but not for
+// the API server: its HTTP/2 write scheduler scans every stream of a connection for each
+// frame it writes, and at 1,000 nodes on 64 connections (~80 watch streams each) that was
+// 8.5% of its CPU.
+func transports(n int, tlsCfg *tls.Config) []http.RoundTripper {
+	out := make([]http.RoundTripper, n)
+	for i := range out {
+		out[i] = &http.Transport{
+			TLSClientConfig: tlsCfg, ForceAttemptHTTP2: true, MaxConnsPerHost: 1,
+			TLSHandshakeTimeout: 10 * time.Second, IdleConnTimeout: 90 * time.Second,
+		}
 	}
 	return out
 }
@@ -392,21 +395,33 @@ func procCPU(pid string) float64 {
 	return (u + k) / 100
 }
 
-// raiseFileLimit makes room for n open files: each node's store holds three open (its
-// database and two write-ahead logs) and its agent one connection, and thousands of nodes pass the usual limits (raising
-// the hard limit needs CAP_SYS_RESOURCE).
-func raiseFileLimit(tb testing.TB, n uint64) {
+// openFiles raises the open-file limit towards what n nodes want and returns how many
+// connections the agents may have: each node's store holds three files open (its database
+// and two write-ahead logs) and its agent one connection, and thousands of nodes pass the
+// usual limits (raising the hard limit needs CAP_SYS_RESOURCE). Under a hard limit too low
+// for a connection per node, nodes share connections, as few to each as the limit allows.
+func openFiles(tb testing.TB, n int) (conns int) {
+	const reserve = 1024 // the operator, the environment, the Go runtime
 	var lim syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
 		tb.Fatalf("open-file limit: %v", err)
 	}
-	if lim.Cur >= n {
-		return
+	want := uint64(4*n + reserve)
+	if lim.Cur < want {
+		up := syscall.Rlimit{Cur: want, Max: max(lim.Max, want)}
+		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &up); err != nil {
+			up = syscall.Rlimit{Cur: lim.Max, Max: lim.Max}
+			if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &up); err != nil {
+				tb.Fatalf("open-file limit: %v", err)
+			}
+		}
+		lim = up
 	}
-	want := syscall.Rlimit{Cur: n, Max: max(lim.Max, n)}
-	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &want); err != nil {
-		tb.Fatalf("the run needs %d open files (limit %d, hard %d): %v; raise ulimit -n", n, lim.Cur, lim.Max, err)
+	conns = min(n, int(lim.Cur)-3*n-reserve)
+	if conns < 1 {
+		tb.Fatalf("%d nodes need at least %d open files (limit %d, hard %d); raise ulimit -n", n, 3*n+reserve+1, lim.Cur, lim.Max)
 	}
+	return conns
 }
 
 // servePprof serves net/http/pprof on $ALLOT_SCALE_PPROF (e.g. 127.0.0.1:6060), to profile
