@@ -30,11 +30,11 @@ const (
 )
 
 func ovKey(bucket, key []byte) string {
-	tag := byte(tagRecords)
+	// One allocation: the conversion of key is only an operand of the concatenation.
 	if bucket != nil {
-		tag = tagMeta
+		return string(rune(tagMeta)) + string(key)
 	}
-	return string(append([]byte{tag}, key...))
+	return string(rune(tagRecords)) + string(key)
 }
 
 // applyOverlay records batch, which the log now holds, in the active overlay.
