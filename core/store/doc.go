@@ -125,7 +125,7 @@
 // for the API, the manager and the store) is the limit, not the disk. make bench runs
 // the ratio six times, for durable and for durable-nowait (the same without the wait for
 // expected callers described under Group commit), and reports each run's mean commit time
-// (write + fdatasync: 150-400 µs on a quiet development machine, up to 1.7 ms under
+// (write + fdatasync: 150-400 µs on the development machine lightly loaded, up to 1.7 ms under
 // others' load) beside its writes per commit, which tells a slow disk from a busy CPU.
 //
 // Why not bbolt alone, or a log of someone else's: bbolt's commit is the cost
