@@ -120,6 +120,11 @@ func (r *reader) next() (num protowire.Number, typ protowire.Type, ok bool) {
 		r.b = r.b[1:]
 		return protowire.Number(c >> 3), protowire.Type(c & 7), true
 	}
+	if len(r.b) > 1 && r.b[1] < 0x80 && r.b[1] != 0 { // two bytes: the transport's fields 1000-1002
+		v := uint64(r.b[0]&0x7f) | uint64(r.b[1])<<7
+		r.b = r.b[2:]
+		return protowire.Number(v >> 3), protowire.Type(v & 7), true
+	}
 	num, typ, n := protowire.ConsumeTag(r.b)
 	if n < 0 {
 		r.fail("", "bad tag: %v", protowire.ParseError(n))
