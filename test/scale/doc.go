@@ -2,8 +2,9 @@
 // etcd (test/k8senv): the operator (core/operator) in-process and N simulated nodes, each
 // the real node agent (core/agent with its own ipam.Manager and node store) as goroutines.
 // Every agent has its own informers as on a node (its AllotNode, Node and pods by field
-// selector, IPPools, Namespaces), so the API server serves N agents' watches as in a
-// cluster of N nodes; no Node objects or pods exist, only what the agents and the operator
+// selector, IPPools, Namespaces) and its own HTTP/2 connection (shared by a few nodes only
+// when the open-file limit is too low for one each), so the API server serves N agents'
+// watches as in a cluster of N nodes; no Node objects or pods exist, only what the agents and the operator
 // create. The agents authenticate as the chart's ServiceAccount with its ClusterRole (API
 // Priority and Fairness queues them as a cluster's agents), the operator as an admin.
 //

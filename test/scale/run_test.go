@@ -35,6 +35,8 @@ type result struct {
 	p50, p99      time.Duration // per node
 	agentStart    map[string]int64
 	agentFailed   map[string]int64 // failed requests of the agents, start to end
+	shared        []string         // blocks held by two nodes at the end (audit)
+	events        map[string]int64 // the operator's Events by reason at the end
 	opFailed      map[string]int64 // and of the operator
 	agentSteady   map[string]int64 // requests in the steady window
 	opSteady      map[string]int64
@@ -82,6 +84,13 @@ func run(tb testing.TB, p params) *result {
 	r.agentSteady = k8senv.CountDelta(agBefore, agCnt.Snapshot())
 	r.opAll = opCnt.Snapshot()
 	r.agentFailed, r.opFailed = agCnt.Failed(), opCnt.Failed()
+	admin, err := env.Client()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if r.shared, r.events = audit(tb, admin); len(r.shared) > 0 {
+		tb.Errorf("%d blocks are held by two nodes; first: %s", len(r.shared), r.shared[0])
+	}
 	r.watches, r.apiRSS = apiServerFigures(tb, env.Config)
 
 	heap1, g1 := liveHeap()
@@ -303,9 +312,13 @@ func (r *result) print(w io.Writer) {
 	fmt.Fprintf(w, "  %-46s %.0f MiB\n", "kube-apiserver resident memory", float64(r.apiRSS)/(1<<20))
 	fmt.Fprintf(w, "  %-46s %s\n", "CPU seconds until every node held its blocks", r.cpu)
 	fmt.Fprintf(w, "  %-46s agents %s; operator %s\n", "failed requests per node, start to end", perNode(r.agentFailed, n), perNode(r.opFailed, n))
+	fmt.Fprintf(w, "  %-46s %d; operator Events by reason: %s\n", "blocks held by two nodes at the end", len(r.shared), fmt.Sprint(r.events))
 }
 
 func perNode(m map[string]int64, n float64) string {
+	if len(m) == 0 {
+		return "none"
+	}
 	var parts []string
 	for _, k := range sortedKeys(m) {
 		parts = append(parts, fmt.Sprintf("%s %.2f", k, float64(m[k])/n))
