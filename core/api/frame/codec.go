@@ -78,7 +78,7 @@ func AppendGCResponse(b []byte, r *api.GCResponse) []byte {
 }
 
 // AppendAllocation appends a's encoding.
-func AppendAllocation(b []byte, a *api.Allocation) []byte { return appendVT(b, allocationPB(a)) }
+func AppendAllocation(b []byte, a *api.Allocation) []byte { return appendAllocationWire(b, a) }
 
 // AppendError appends e's encoding.
 func AppendError(b []byte, e *api.Error) []byte {
