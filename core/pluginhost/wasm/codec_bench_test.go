@@ -16,14 +16,14 @@ const genGuestDir = "testdata/genguest"
 // (testdata/genguest: protoc-gen-go-lite's UnmarshalVTUnsafe/MarshalVT and sdk/wire's
 // conversions). Its own figures are the generated guest's; the baselines run in the same
 // benchmark (interleaved): x-hand, the SDK guest as shipped (pool references on), and
-// x-hand-full, the SDK guest sent every pool in full as the generated one is (the codecs
-// alone). The modules' sizes are reported too (gen-module-MB, hand-module-MB).
+// x-hand-full, the SDK guest sent every pool and part in full as the generated one is
+// (the codecs alone). The modules' sizes are reported too (gen-module-MB, hand-module-MB).
 func BenchmarkGuestCodec(b *testing.B) {
 	genPath, handPath := buildGuest(b, genGuestDir, true), buildGuest(b, constantDir, true)
 	gen := openGuest(b, genPath, func(c *Config) { c.Instances = 1 })
 	hand := openGuest(b, handPath, func(c *Config) { c.Instances = 1 })
 	handFull := openGuest(b, handPath, func(c *Config) { c.Instances = 1 })
-	handFull.poolRefs = false
+	handFull.poolRefs, handFull.sameRuns, handFull.partRefs = false, false, false
 	if gen.poolRefs || !hand.poolRefs {
 		b.Fatalf("pool references: generated guest %v, SDK guest %v; want false, true", gen.poolRefs, hand.poolRefs)
 	}
