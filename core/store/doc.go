@@ -122,7 +122,12 @@
 // against 36,000-43,000/s for wait/nosync. Through the daemon (BenchmarkAPIAllocate
 // durable/framed, 32 clients) durable runs reached 0.55-0.75x their nosync twins as the
 // mean of six, at 8,000-25,000 allocations/s: there the CPU (about 40 µs per allocation
-// for the API, the manager and the store) is the limit, not the disk. make bench runs
+// for the API, the manager and the store, 35 once records and answers were encoded by
+// hand) is the limit, not the disk, as long as a commit is short. When others' load
+// stretches commits to 0.6-1 ms, 32 callers form two groups of about 16 that alternate,
+// each waiting for the other's commit and its own, so durable is bounded near 16 per
+// commit time and saving CPU widens its gap to nosync (six alternated pairs at load 7-12:
+// durable 12,000 -> 14,900/s, nosync 20,900 -> 26,800/s, the ratio 0.75 -> 0.50). make bench runs
 // the ratio six times, for durable and for durable-nowait (the same without the wait for
 // expected callers described under Group commit), and reports each run's mean commit time
 // (write + fdatasync: 150-400 µs on the development machine lightly loaded, up to 1.7 ms under
