@@ -673,14 +673,16 @@ func (r *ippoolReconciler) apply(ctx context.Context, pool *allotv1.IPPool, d po
 
 // nodesPerDelay is how many AllotNodes one StatusDelay of a pool's counters covers
 // (counterDelay).
-const nodesPerDelay = 1000
+const nodesPerDelay = 100
 
 // counterDelay is the least time between two counters-only status writes of a pool:
-// StatusDelay, once more per nodesPerDelay AllotNodes. Every node's agent watches the IPPools
-// (for their specs) and so receives each write: in a cluster of 5,000 nodes taking their
-// first blocks, a write per second was 5,000 watch events a second that tell the nodes
-// nothing. Stretched, the counters lag by a few seconds; conditions and in-use CIDRs are
-// still written at once.
+// StatusDelay, once more per nodesPerDelay AllotNodes, so that the agents receive at most
+// about nodesPerDelay such events per StatusDelay. Every node's agent watches the IPPools (for
+// their specs) and so receives each write: in a cluster of 5,000 nodes taking their first
+// blocks, a write per second was 5,000 watch events a second that tell the nodes nothing
+// (at one write per 6 s, decoding watch events, most of them these, was a third of the CPU
+// of test/scale's 5,000 agents). Stretched, the counters lag by up to StatusDelay per 100
+// nodes (51 s at 5,000); conditions and in-use CIDRs are still written at once.
 func (r *ippoolReconciler) counterDelay() time.Duration {
 	r.st.mu.Lock()
 	n := len(r.st.allot)
