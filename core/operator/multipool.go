@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/allot-ipam/allot/core/agent"
 	"github.com/allot-ipam/allot/core/blockalloc"
+	allotk8s "github.com/allot-ipam/allot/core/k8s"
 	allotv1 "github.com/allot-ipam/allot/core/k8s/apis/allot/v1alpha1"
 	"github.com/allot-ipam/allot/sdk/policy"
 )
@@ -101,7 +103,7 @@ func allocatedBlocks(n *allotv1.AllotNode) map[netip.Prefix]string {
 // (unmetChanges, nodeStatus, allocationNote).
 type allotNodeReconciler struct {
 	client    client.Client
-	reader    client.Reader // the API server itself (Rebuild)
+	reader    client.Reader // the API server itself (Rebuild, blocks in doubt)
 	st        *state
 	m         *metrics
 	log       *slog.Logger
@@ -117,6 +119,7 @@ type allotNodeReconciler struct {
 type nodePlan struct {
 	h                  *allotHold
 	added              map[netip.Prefix]string // blocks handed out now, to write
+	retry              map[netip.Prefix]string // of added: blocks in doubt written again
 	released           []netip.Prefix
 	conflicts          []string
 	dirty              map[string]bool // pools whose status changed
@@ -134,6 +137,17 @@ func (r *allotNodeReconciler) reconcile(ctx context.Context, req reconcile.Reque
 			return reconcile.Result{}, nil
 		}
 		return reconcile.Result{}, err
+	}
+	if r.inDoubt(obj.Name) {
+		// Blocks of an earlier write are in doubt: settle them against the object itself,
+		// not the cache (which may lag the write, or the write may still land).
+		if err := r.reader.Get(ctx, req.NamespacedName, &obj); err != nil {
+			if apierrors.IsNotFound(err) {
+				r.forget(req.Name)
+				return reconcile.Result{}, nil
+			}
+			return reconcile.Result{}, fmt.Errorf("read AllotNode %s with blocks in doubt: %w", req.Name, err)
+		}
 	}
 	var pools allotv1.IPPoolList
 	if err := r.client.List(ctx, &pools); err != nil {
@@ -172,6 +186,13 @@ func (r *allotNodeReconciler) plan(obj *allotv1.AllotNode, table map[string]*poo
 		st.allot[name] = h
 	}
 	p := nodePlan{h: h, dirty: map[string]bool{}, added: map[netip.Prefix]string{}}
+	if h.doubt != nil {
+		// obj is the live object (reconcile read it): blocks it does not list that the write
+		// in doubt may still add are written again (plan's write), the others settle in sync.
+		p.retry = resolveDoubt(h.doubt, obj.ResourceVersion, allocatedBlocks(obj)).retry
+		maps.Copy(p.added, p.retry)
+		h.doubt = nil
+	}
 	r.syncLocked(obj, &p)
 	h.generation = obj.Generation
 
@@ -194,6 +215,9 @@ func (r *allotNodeReconciler) syncLocked(obj *allotv1.AllotNode, p *nodePlan) {
 	st, h := r.st, p.h
 	observed := allocatedBlocks(obj)
 	for b, pool := range h.blocks {
+		if _, retry := p.retry[b]; retry {
+			continue
+		}
 		if q, ok := observed[b]; !ok || q != pool {
 			st.set.Release(b)
 			delete(h.blocks, b)
@@ -257,8 +281,9 @@ func unmetChanges(old, cur map[string]unmetReason) (changed, cleared []string) {
 }
 
 // write adds the blocks handed out to spec.ipam.pools.allocated, fenced, with the
-// resourceVersion read; on failure they go back to the set. cur is the object written (or
-// obj when nothing was added); nil means return res, err.
+// resourceVersion read. When it fails, blocks the API server certainly did not store go
+// back to the set; after an ambiguous error (writeFailed) they stay held, in doubt. cur is
+// the object written (or obj when nothing was added); nil means return res, err.
 func (r *allotNodeReconciler) write(ctx context.Context, obj *allotv1.AllotNode, p nodePlan) (cur *allotv1.AllotNode, res reconcile.Result, err error) {
 	if len(p.added) == 0 {
 		r.poolDirty.add(keys(p.dirty)...)
@@ -268,24 +293,15 @@ func (r *allotNodeReconciler) write(ctx context.Context, obj *allotv1.AllotNode,
 	addAllocations(upd, p.added)
 	err = r.fence(ctx)
 	if err == nil {
+		err = ctx.Err() // ended before sending: certainly not written
+	}
+	sent := err == nil
+	if sent {
 		err = r.client.Update(ctx, upd)
 	}
 	if err != nil {
-		r.st.mu.Lock()
-		for b := range p.added {
-			r.st.set.Release(b)
-			delete(p.h.blocks, b)
-		}
-		r.st.mu.Unlock()
-		r.poolDirty.add(keys(p.dirty)...)
-		switch {
-		case apierrors.IsConflict(err):
-			return nil, reconcile.Result{RequeueAfter: conflictRetry}, nil
-		case apierrors.IsNotFound(err):
-			r.forget(obj.Name)
-			return nil, reconcile.Result{}, nil
-		}
-		return nil, reconcile.Result{}, fmt.Errorf("update AllotNode %s: %w", obj.Name, err)
+		res, err = r.writeFailed(obj, p, err, !sent || allotk8s.WriteRefused(err))
+		return nil, res, err
 	}
 	r.st.mu.Lock()
 	p.h.generation = upd.Generation
@@ -301,6 +317,79 @@ func (r *allotNodeReconciler) write(ctx context.Context, obj *allotv1.AllotNode,
 	r.log.Debug("blocks allocated", "allotNode", upd.Name, "blocks", allocationNote(p.added))
 	r.poolDirty.add(keys(p.dirty)...)
 	return upd, reconcile.Result{}, nil
+}
+
+// writeFailed settles the blocks of a failed spec write. refused (the write was never sent,
+// or the API server answered before storing it: core/k8s.WriteRefused): the new blocks go
+// back to the set, blocks already in doubt stay so (the earlier write may still have
+// landed). Otherwise the API server may have stored the write (a 504 is sent when the
+// handler's deadline passes, while the storage write may still complete; a broken
+// connection says nothing either): handing its blocks to another node could give one block
+// to two nodes, so they all stay held, in doubt, until a live read settles them.
+func (r *allotNodeReconciler) writeFailed(obj *allotv1.AllotNode, p nodePlan, err error, refused bool) (reconcile.Result, error) {
+	r.st.mu.Lock()
+	if refused {
+		for b := range p.added {
+			if _, retry := p.retry[b]; !retry {
+				r.st.set.Release(b)
+				delete(p.h.blocks, b)
+			}
+		}
+		if len(p.retry) > 0 {
+			p.h.doubt = &doubtWrite{rv: obj.ResourceVersion, blocks: p.retry}
+		}
+	} else {
+		p.h.doubt = &doubtWrite{rv: obj.ResourceVersion, blocks: maps.Clone(p.added)}
+	}
+	r.st.mu.Unlock()
+	r.poolDirty.add(keys(p.dirty)...)
+	switch {
+	case apierrors.IsConflict(err):
+		return reconcile.Result{RequeueAfter: conflictRetry}, nil
+	case apierrors.IsNotFound(err):
+		r.forget(obj.Name)
+		return reconcile.Result{}, nil
+	case !refused:
+		r.log.Warn("spec write failed, it may have landed: its blocks stay reserved until a read shows",
+			"allotNode", obj.Name, "blocks", allocationNote(p.added), "err", err)
+	}
+	return reconcile.Result{}, fmt.Errorf("update AllotNode %s: %w", obj.Name, err)
+}
+
+// inDoubt says whether the node holds blocks of a write in doubt.
+func (r *allotNodeReconciler) inDoubt(name string) bool {
+	r.st.mu.Lock()
+	defer r.st.mu.Unlock()
+	h := r.st.allot[name]
+	return h != nil && h.doubt != nil
+}
+
+// doubtOutcome is how a live read settles a write in doubt (block -> pool in each).
+type doubtOutcome struct {
+	confirmed map[netip.Prefix]string // the object lists them: the write landed
+	released  map[netip.Prefix]string // it does not, and it changed since: the write can no longer land
+	retry     map[netip.Prefix]string // it does not, and it is unchanged: the write may still land
+}
+
+// resolveDoubt settles the blocks of write d against the live object (its resourceVersion
+// liveRV, the blocks it lists). A write carries the resourceVersion it was sent against as a
+// precondition, so once the object has another, a write not in it never lands. With the
+// same, the write may still be in flight (or was lost): writing the same blocks again
+// against that resourceVersion settles it, as whichever of the two lands first makes the
+// other fail with a Conflict. Pure.
+func resolveDoubt(d *doubtWrite, liveRV string, listed map[netip.Prefix]string) doubtOutcome {
+	o := doubtOutcome{confirmed: map[netip.Prefix]string{}, released: map[netip.Prefix]string{}, retry: map[netip.Prefix]string{}}
+	for b, pool := range d.blocks {
+		switch q, ok := listed[b]; {
+		case ok && q == pool:
+			o.confirmed[b] = pool
+		case liveRV != d.rv:
+			o.released[b] = pool
+		default:
+			o.retry[b] = pool
+		}
+	}
+	return o
 }
 
 // allocationNote says which blocks of which pools were handed out. Pure.

@@ -208,3 +208,41 @@ func TestCounterDelay(t *testing.T) {
 		t.Errorf("waitAtLeast 0 (the batch's 1s), 2s after a write = %v, want -1s", w)
 	}
 }
+
+// TestResolveDoubt: a live read settles each block of a write in doubt: listed by the object
+// (same pool): confirmed; not listed and the object changed since: released (the write's
+// resourceVersion precondition can no longer hold); not listed and unchanged: written again.
+func TestResolveDoubt(t *testing.T) {
+	a, b := netip.MustParsePrefix("10.0.0.0/25"), netip.MustParsePrefix("10.0.0.128/25")
+	d := &doubtWrite{rv: "7", blocks: map[netip.Prefix]string{a: "p", b: "p"}}
+	type m = map[netip.Prefix]string
+	for _, c := range []struct {
+		name                       string
+		liveRV                     string
+		listed                     m
+		confirmed, released, retry m
+	}{
+		{"landed", "8", m{a: "p", b: "p"}, m{a: "p", b: "p"}, m{}, m{}},
+		{"landed, agent wrote since", "9", m{a: "p", b: "p", netip.MustParsePrefix("10.1.0.0/24"): "q"}, m{a: "p", b: "p"}, m{}, m{}},
+		{"changed without it", "8", m{}, m{}, m{a: "p", b: "p"}, m{}},
+		{"unchanged: may be in flight", "7", m{}, m{}, m{}, m{a: "p", b: "p"}},
+		{"listed under another pool", "8", m{a: "other", b: "p"}, m{b: "p"}, m{a: "p"}, m{}},
+		{"unchanged, other pool listed", "7", m{a: "other"}, m{}, m{}, m{a: "p", b: "p"}},
+	} {
+		o := resolveDoubt(d, c.liveRV, c.listed)
+		for _, f := range []struct {
+			what      string
+			got, want m
+		}{{"confirmed", o.confirmed, c.confirmed}, {"released", o.released, c.released}, {"retry", o.retry, c.retry}} {
+			if len(f.got) != len(f.want) {
+				t.Errorf("%s: %s = %v; want %v", c.name, f.what, f.got, f.want)
+				continue
+			}
+			for k, v := range f.want {
+				if f.got[k] != v {
+					t.Errorf("%s: %s = %v; want %v", c.name, f.what, f.got, f.want)
+				}
+			}
+		}
+	}
+}

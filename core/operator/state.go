@@ -56,6 +56,16 @@ type allotHold struct {
 	// lastStatus fingerprints the operator-owned status fields last written, so a reconcile
 	// on a cache that has not seen that write yet does not write (and conflict) again.
 	lastStatus string
+	// doubt: blocks of a spec write whose outcome is unknown (an ambiguous error); they stay
+	// in blocks (reserved) until a live read settles them (resolveDoubt).
+	doubt *doubtWrite
+}
+
+// doubtWrite is a spec write that may or may not have landed: the blocks it added (block ->
+// pool) and the resourceVersion it was sent against (its precondition).
+type doubtWrite struct {
+	rv     string
+	blocks map[netip.Prefix]string
 }
 
 // nodeHold is what one Node holds from ClusterCIDRConfigs.
