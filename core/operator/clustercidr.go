@@ -162,7 +162,7 @@ func (r *nodeReconciler) reconcile(ctx context.Context, req reconcile.Request) (
 		return reconcile.Result{}, err
 	}
 	var node corev1.Node
-	if err := r.client.Get(ctx, req.NamespacedName, &node); err != nil {
+	if err := r.get(ctx, req.NamespacedName, &node); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.forget(req.Name)
 			return reconcile.Result{}, nil
@@ -176,13 +176,14 @@ func (r *nodeReconciler) reconcile(ctx context.Context, req reconcile.Request) (
 	slices.SortFunc(cfgs.Items, func(a, b allotv1.ClusterCIDRConfig) int { return strings.Compare(a.Name, b.Name) })
 
 	r.st.mu.Lock()
-	h := r.st.nodes[node.Name]
-	if h != nil && h.uid != node.UID {
-		r.releaseLocked(node.Name, h)
-		h = nil
-	}
+	h, retry := r.heldLocked(&node)
 	if cidrs := nodePodCIDRs(&node); len(cidrs) > 0 {
 		return reconcile.Result{}, r.served(ctx, &node, h, cidrs, cfgs.Items) // unlocks
+	}
+	if retry {
+		blocks, cfg := slices.Clone(h.blocks), h.config
+		r.st.mu.Unlock()
+		return r.assign(ctx, &node, blocks, cfg)
 	}
 	if h != nil && len(h.blocks) > 0 {
 		// We wrote pod CIDRs the cache does not show yet; the update event follows.
@@ -208,6 +209,50 @@ func (r *nodeReconciler) reconcile(ctx context.Context, req reconcile.Request) (
 		return r.waits(ctx, &node, d, unusable)
 	}
 	return r.assign(ctx, &node, blocks, chosen)
+}
+
+// heldLocked is what node holds, settled against node: a hold of a deleted Node of the same
+// name is released; a write in doubt (node is then the live object, reconcile read it) is
+// confirmed when node has pod CIDRs, released when node changed since it was sent (it can no
+// longer land), and to be written again (retry) when node is unchanged (resolveDoubt).
+func (r *nodeReconciler) heldLocked(node *corev1.Node) (h *nodeHold, retry bool) {
+	h = r.st.nodes[node.Name]
+	if h != nil && h.uid != node.UID {
+		r.releaseLocked(node.Name, h)
+		return nil, false
+	}
+	if h == nil || h.doubtRV == "" {
+		return h, false
+	}
+	if len(nodePodCIDRs(node)) > 0 {
+		h.doubtRV = ""
+		return h, false
+	}
+	d := &doubtWrite{rv: h.doubtRV, blocks: map[netip.Prefix]string{}}
+	for _, b := range h.blocks {
+		d.blocks[b] = h.config
+	}
+	if o := resolveDoubt(d, node.ResourceVersion, nil); len(o.retry) == 0 {
+		r.releaseLocked(node.Name, h)
+		return nil, false
+	}
+	return h, true
+}
+
+// get reads the Node from the cache or, while a pod CIDR write of it is in doubt, from the
+// API server itself (the cache may lag the write, or the write may still land).
+func (r *nodeReconciler) get(ctx context.Context, key client.ObjectKey, node *corev1.Node) error {
+	r.st.mu.Lock()
+	h := r.st.nodes[key.Name]
+	doubt := h != nil && h.doubtRV != ""
+	r.st.mu.Unlock()
+	if !doubt {
+		return r.client.Get(ctx, key, node)
+	}
+	if err := r.reader.Get(ctx, key, node); err != nil {
+		return fmt.Errorf("read node %s with pod CIDRs in doubt: %w", key.Name, err)
+	}
+	return nil
 }
 
 // served handles a Node that has pod CIDRs (written by us or anyone): they are taken, so they
@@ -307,20 +352,34 @@ func (r *nodeReconciler) carve(node *corev1.Node, chosen []string, parsed map[st
 	return nil, ""
 }
 
-// assign writes the carved blocks to the Node (fenced, with its resourceVersion); on failure
-// they go back to the set.
+// assign writes the carved blocks to the Node (fenced, with its resourceVersion). On a failure
+// the API server certainly did not store (core/k8s.WriteRefused), they go back to the set
+// (unless an earlier write of them is in doubt: it may still land); on an ambiguous one
+// (504, 5xx, broken connection) they stay held, in doubt, until a live read settles them
+// (heldLocked), as the AllotNode reconciler does.
 func (r *nodeReconciler) assign(ctx context.Context, node *corev1.Node, blocks []netip.Prefix, chosen string) (reconcile.Result, error) {
 	upd := podCIDRNode(node, blocks, chosen)
 	err := r.fence(ctx)
 	if err == nil {
+		err = ctx.Err() // ended before sending: certainly not written
+	}
+	sent := err == nil
+	if sent {
 		err = r.client.Patch(ctx, upd, client.MergeFromWithOptions(node, client.MergeFromWithOptimisticLock{}))
 	}
-	if err != nil {
-		r.st.mu.Lock()
-		if cur := r.st.nodes[node.Name]; cur != nil && cur.uid == node.UID {
+	r.st.mu.Lock()
+	if cur := r.st.nodes[node.Name]; cur != nil && cur.uid == node.UID {
+		switch {
+		case err == nil:
+			cur.doubtRV = ""
+		case sent && !allotk8s.WriteRefused(err):
+			cur.doubtRV = node.ResourceVersion
+		case cur.doubtRV == "":
 			r.releaseLocked(node.Name, cur)
 		}
-		r.st.mu.Unlock()
+	}
+	r.st.mu.Unlock()
+	if err != nil {
 		switch {
 		case apierrors.IsConflict(err):
 			return reconcile.Result{RequeueAfter: conflictRetry}, nil

@@ -22,13 +22,13 @@ import (
 	"github.com/allot-ipam/allot/core/operator"
 )
 
-// lostWrite breaks the operator's spec writes (PUT) of one AllotNode as an overloaded API
+// lostWrite breaks the operator's writes (method, to a path ending in suffix) of one object as an overloaded API
 // server or a broken connection does: the first is stored by the API server only after the
 // client got its error (a 504 is sent when the handler's deadline passes while the storage
 // write may still complete), the later ones fail without being sent, until land.
 type lostWrite struct {
-	node string
-	fail func() (*http.Response, error)
+	method, suffix string
+	fail           func() (*http.Response, error)
 
 	mu     sync.Mutex
 	puts   int
@@ -40,7 +40,7 @@ type lostWrite struct {
 // wrap is the operator's rest.Config.WrapTransport.
 func (l *lostWrite) wrap(rt http.RoundTripper) http.RoundTripper {
 	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
-		if req.Method != http.MethodPut || !strings.HasSuffix(req.URL.Path, "/allotnodes/"+l.node) {
+		if req.Method != l.method || !strings.HasSuffix(req.URL.Path, l.suffix) {
 			return rt.RoundTrip(req)
 		}
 		l.mu.Lock()
@@ -119,7 +119,7 @@ func TestAmbiguousWriteKeepsBlocks(t *testing.T) {
 func testAmbiguousWrite(t *testing.T, fail func() (*http.Response, error)) {
 	h := newHarness(t)
 	h.create(newPool("two", []string{"10.20.0.0/24"}, 25, nil, 0))
-	lost := &lostWrite{node: "node-a", fail: fail}
+	lost := &lostWrite{method: http.MethodPut, suffix: "/allotnodes/node-a", fail: fail}
 	cfg := rest.CopyConfig(h.env.Config)
 	cfg.WrapTransport = lost.wrap
 	h.run("op-a", func(o *operator.Options) { o.RESTConfig = cfg })
@@ -134,10 +134,7 @@ func testAmbiguousWrite(t *testing.T, fail func() (*http.Response, error)) {
 	h.waitFulfilled(waitFor, "node-b")
 	h.create(newAllotNode("node-c", req{pool: "two", v4: 100}))
 	// Without node-a's block in doubt, node-c gets it while node-a's writes fail.
-	deadline := time.Now().Add(3 * time.Second)
-	for time.Now().Before(deadline) && fulfilled(h.getAllotNode("node-c")) != nil {
-		time.Sleep(100 * time.Millisecond)
-	}
+	waitWhile(func() bool { return fulfilled(h.getAllotNode("node-c")) != nil })
 	lost.land(t)
 	h.waitFulfilled(waitFor, "node-a", "node-b")
 	holders := blockHolders(t, h)
@@ -173,4 +170,48 @@ func blockHolders(t *testing.T, h *harness) map[string][]string {
 		}
 	}
 	return out
+}
+
+// waitWhile gives the operator up to 3 s to do what it must not (pending is false once done).
+func waitWhile(pending func() bool) {
+	deadline := time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) && pending() {
+		// sleep: the operator must have had the time to hand the block in doubt out, which it must not.
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestAmbiguousPodCIDRWriteKeepsBlocks: the same for a Node's pod CIDRs from a
+// ClusterCIDRConfig of two blocks (Kubernetes mode): node-a's write fails with a 504 and is
+// stored later; node-b gets the second block, node-c none, and node-a keeps the first.
+func TestAmbiguousPodCIDRWriteKeepsBlocks(t *testing.T) {
+	h := newHarness(t)
+	lost := &lostWrite{method: http.MethodPatch, suffix: "/nodes/node-a", fail: gatewayTimeout}
+	cfg := rest.CopyConfig(h.env.Config)
+	cfg.WrapTransport = lost.wrap
+	h.run("op-a", func(o *operator.Options) {
+		o.RESTConfig = cfg
+		o.ClusterCIDRConfig, o.DisableMultiPool, o.SharedPools.Disable = true, true, true
+	})
+	sel := map[string]string{"pool": "two"}
+	h.create(newCCC("two", sel, "10.30.0.0/24", 25, "", 0))
+	h.waitConfigReady("two", metav1.ConditionTrue, allotv1.ReasonValid, "")
+	h.create(newNode("node-a", sel))
+	eventually(t, waitFor, "node-a's writes failing", func() error {
+		if n := lost.sent(); n < 2 {
+			return fmt.Errorf("%d writes of node-a", n)
+		}
+		return nil
+	})
+	h.create(newNode("node-b", sel))
+	h.waitPodCIDRs("node-b", "10.30.0.128/25")
+	h.create(newNode("node-c", sel))
+	waitWhile(func() bool { return len(h.getNode("node-c").Spec.PodCIDRs) == 0 })
+	lost.land(t)
+	h.waitPodCIDRs("node-a", "10.30.0.0/25")
+	h.waitPodCIDRs("node-b", "10.30.0.128/25")
+	if got := h.getNode("node-c").Spec.PodCIDRs; len(got) != 0 {
+		t.Errorf("node-c has pod CIDRs %v; want none (the config has two blocks)", got)
+	}
+	h.checkNoOverlap()
 }

@@ -73,6 +73,9 @@ type nodeHold struct {
 	uid    types.UID
 	config string
 	blocks []netip.Prefix
+	// doubtRV, when set, is the resourceVersion a pod CIDR write of blocks was sent against
+	// that failed ambiguously: the blocks stay held until a live read settles it.
+	doubtRV string
 }
 
 func newState() *state {
