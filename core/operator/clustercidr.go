@@ -224,8 +224,11 @@ func (r *nodeReconciler) heldLocked(node *corev1.Node) (h *nodeHold, retry bool)
 	if h == nil || h.doubtRV == "" {
 		return h, false
 	}
-	if len(nodePodCIDRs(node)) > 0 {
+	if cidrs := nodePodCIDRs(node); len(cidrs) > 0 {
 		h.doubtRV = ""
+		if slices.Equal(cidrs, h.blocks) { // the write landed; its failure did not count it
+			r.m.allocated.WithLabelValues(kindConfig, h.config).Inc()
+		}
 		return h, false
 	}
 	d := &doubtWrite{rv: h.doubtRV, blocks: map[netip.Prefix]string{}}

@@ -189,7 +189,11 @@ func (r *allotNodeReconciler) plan(obj *allotv1.AllotNode, table map[string]*poo
 	if h.doubt != nil {
 		// obj is the live object (reconcile read it): blocks it does not list that the write
 		// in doubt may still add are written again (plan's write), the others settle in sync.
-		p.retry = resolveDoubt(h.doubt, obj.ResourceVersion, allocatedBlocks(obj)).retry
+		o := resolveDoubt(h.doubt, obj.ResourceVersion, allocatedBlocks(obj))
+		for _, pool := range o.confirmed { // counted here, as the failed write did not
+			r.m.allocated.WithLabelValues(kindPool, pool).Inc()
+		}
+		p.retry = o.retry
 		maps.Copy(p.added, p.retry)
 		h.doubt = nil
 	}
