@@ -120,12 +120,14 @@ func agentTransport(tb testing.TB, cfg *rest.Config) (*rest.Config, *tls.Config)
 // limit makes nodes share (openFiles). Sharing a few was cheaper for the test but not for
 // the API server: its HTTP/2 write scheduler scans every stream of a connection for each
 // frame it writes, and at 1,000 nodes on 64 connections (~80 watch streams each) that was
-// 8.5% of its CPU.
+// 8.5% of its CPU. Each gets its own copy of tlsCfg: net/http adds "h2" to the
+// NextProtos of a transport's tls.Config on its first request, and transports sharing one
+// would write it at once (a data race -race reports).
 func transports(n int, tlsCfg *tls.Config) []http.RoundTripper {
 	out := make([]http.RoundTripper, n)
 	for i := range out {
 		out[i] = &http.Transport{
-			TLSClientConfig: tlsCfg, ForceAttemptHTTP2: true, MaxConnsPerHost: 1,
+			TLSClientConfig: tlsCfg.Clone(), ForceAttemptHTTP2: true, MaxConnsPerHost: 1,
 			TLSHandshakeTimeout: 10 * time.Second, IdleConnTimeout: 90 * time.Second,
 		}
 	}
