@@ -214,7 +214,8 @@ func (r *nodeReconciler) reconcile(ctx context.Context, req reconcile.Request) (
 // heldLocked is what node holds, settled against node: a hold of a deleted Node of the same
 // name is released; a write in doubt (node is then the live object, reconcile read it) is
 // confirmed when node has pod CIDRs, released when node changed since it was sent (it can no
-// longer land), and to be written again (retry) when node is unchanged (resolveDoubt).
+// longer land), and to be written again (retry) when node is unchanged (as resolveDoubt
+// settles AllotNode blocks).
 func (r *nodeReconciler) heldLocked(node *corev1.Node) (h *nodeHold, retry bool) {
 	h = r.st.nodes[node.Name]
 	if h != nil && h.uid != node.UID {
@@ -231,11 +232,9 @@ func (r *nodeReconciler) heldLocked(node *corev1.Node) (h *nodeHold, retry bool)
 		}
 		return h, false
 	}
-	d := &doubtWrite{rv: h.doubtRV, blocks: map[netip.Prefix]string{}}
-	for _, b := range h.blocks {
-		d.blocks[b] = h.config
-	}
-	if o := resolveDoubt(d, node.ResourceVersion, nil); len(o.retry) == 0 {
+	// No pod CIDRs: the write can no longer land once the Node changed (it carried the
+	// resourceVersion as a precondition); unchanged, it is written again.
+	if len(h.blocks) == 0 || node.ResourceVersion != h.doubtRV {
 		r.releaseLocked(node.Name, h)
 		return nil, false
 	}

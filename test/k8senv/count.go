@@ -56,12 +56,17 @@ func (c *Counter) Total() int64 {
 	return n
 }
 
-func (c *Counter) add(key string) {
+func (c *Counter) add(key string) { c.bump(&c.by, key) }
+
+func (c *Counter) fail(key string) { c.bump(&c.failed, key) }
+
+// bump counts key in *m (made on first use).
+func (c *Counter) bump(m *map[string]int64, key string) {
 	c.mu.Lock()
-	if c.by == nil {
-		c.by = map[string]int64{}
+	if *m == nil {
+		*m = map[string]int64{}
 	}
-	c.by[key]++
+	(*m)[key]++
 	c.mu.Unlock()
 }
 
@@ -98,15 +103,6 @@ func (t countingRT) RoundTrip(r *http.Request) (*http.Response, error) {
 		t.c.fail(key + " " + strconv.Itoa(resp.StatusCode))
 	}
 	return resp, err
-}
-
-func (c *Counter) fail(key string) {
-	c.mu.Lock()
-	if c.failed == nil {
-		c.failed = map[string]int64{}
-	}
-	c.failed[key]++
-	c.mu.Unlock()
 }
 
 // apiParts is an API path without its group/version prefix and namespace:
