@@ -288,10 +288,17 @@ func eniIPv6Prefixes(node *v1alpha1.AllotNode) []netip.Prefix {
 	}
 	var out []netip.Prefix
 	for _, ifc := range node.Status.ENI.Interfaces {
-		for _, s := range ifc.Prefixes {
-			if p, err := netip.ParsePrefix(s); err == nil && p.Addr().Is6() && p == p.Masked() {
-				out = append(out, p)
-			}
+		out = append(out, ifcIPv6Prefixes(ifc)...)
+	}
+	return out
+}
+
+// ifcIPv6Prefixes are the IPv6 prefixes delegated to ifc (malformed entries ignored).
+func ifcIPv6Prefixes(ifc v1alpha1.ENIInterface) []netip.Prefix {
+	var out []netip.Prefix
+	for _, s := range ifc.Prefixes {
+		if p, err := netip.ParsePrefix(s); err == nil && p.Addr().Is6() && p == p.Masked() {
+			out = append(out, p)
 		}
 	}
 	return out
@@ -427,10 +434,11 @@ func cloneReleaseIPs(m map[string]v1alpha1.ReleaseState) map[string]v1alpha1.Rel
 }
 
 // ENIHostState is what the node's host routing must reflect (core/enihost): the interfaces
-// of status.eni, and each address of the ENI pool a pod holds with the device index of the
-// interface that carries it (from spec.ipam.pool). An address whose interface the node
-// object does not name (it left the pool while a pod holds it) gets no rule: which ENI would
-// carry its traffic is unknown.
+// of status.eni with their IPv6 prefixes, and each address of the ENI pool a pod holds with
+// the device index of the interface that carries it (from spec.ipam.pool, or for an IPv6
+// address the interface whose /80 holds it). An address whose interface the node object
+// does not name (it left the pool, or its prefix the interface, while a pod holds it) gets
+// no rule: which ENI would carry its traffic is unknown.
 func (a *Agent) ENIHostState(ctx context.Context) ([]enihost.ENI, []enihost.Pod, error) {
 	if a.opts.ENI == nil {
 		return nil, nil, errors.New("agent: not in ENI mode")
@@ -443,15 +451,7 @@ func (a *Agent) ENIHostState(ctx context.Context) ([]enihost.ENI, []enihost.Pod,
 	if err := a.cachedGet(ctx, types.NamespacedName{Name: a.opts.NodeName}, node); err != nil {
 		return nil, nil, fmt.Errorf("agent: read AllotNode %s: %w", a.opts.NodeName, err)
 	}
-	var enis []enihost.ENI
-	index := map[string]int{}
-	if node.Status.ENI != nil {
-		for _, ifc := range node.Status.ENI.Interfaces {
-			sub, _ := netip.ParsePrefix(ifc.SubnetCIDR) // invalid: enihost reports the ENI
-			enis = append(enis, enihost.ENI{Index: int(ifc.Index), MAC: ifc.MAC, Subnet: sub.Masked()})
-			index[ifc.ID] = int(ifc.Index)
-		}
-	}
+	enis, index := eniHostInterfaces(node)
 	pool, _ := eninode.Pool(node)
 	used, _, err := a.eniUsage(ctx, m, a.opts.ENI.pool())
 	if err != nil {
@@ -465,12 +465,43 @@ func (a *Agent) ENIHostState(ctx context.Context) ([]enihost.ENI, []enihost.Pod,
 		}
 		idx, ok := index[pool[ad]]
 		if !ok {
+			idx, ok = prefixENI(enis, ad)
+		}
+		if !ok {
 			continue
 		}
 		pods = append(pods, enihost.Pod{Addr: ad, ENIIndex: idx})
 	}
 	slices.SortFunc(pods, func(x, y enihost.Pod) int { return x.Addr.Compare(y.Addr) })
 	return enis, pods, nil
+}
+
+// eniHostInterfaces are the interfaces of status.eni as core/enihost takes them, and their
+// device index by ID.
+func eniHostInterfaces(node *v1alpha1.AllotNode) ([]enihost.ENI, map[string]int) {
+	var enis []enihost.ENI
+	index := map[string]int{}
+	if node.Status.ENI == nil {
+		return nil, index
+	}
+	for _, ifc := range node.Status.ENI.Interfaces {
+		sub, _ := netip.ParsePrefix(ifc.SubnetCIDR) // invalid: enihost reports the ENI
+		enis = append(enis, enihost.ENI{Index: int(ifc.Index), MAC: ifc.MAC, Subnet: sub.Masked(), IPv6Prefixes: ifcIPv6Prefixes(ifc)})
+		index[ifc.ID] = int(ifc.Index)
+	}
+	return enis, index
+}
+
+// prefixENI is the device index of the interface whose IPv6 prefix holds ad.
+func prefixENI(enis []enihost.ENI, ad netip.Addr) (int, bool) {
+	for _, e := range enis {
+		for _, p := range e.IPv6Prefixes {
+			if p.Contains(ad) {
+				return e.Index, true
+			}
+		}
+	}
+	return 0, false
 }
 
 // ENIPool returns the addresses of spec.ipam.pool, sorted (tests, allotctl).

@@ -172,12 +172,12 @@ func TestENIHostRoutingFromTheAgent(t *testing.T) {
 	}
 	eventually(t, "p1's route gone", 10*time.Second, routed(map[netip.Addr]int{a2: w.HostLink("p2")}))
 	eventually(t, "p1's rules gone", 10*time.Second, func() (bool, string) {
-		ra, err := r.ctl.Host.RuleAddrs()
+		ra, err := r.ctl.Host.RulePrefixes()
 		if err != nil {
 			return false, err.Error()
 		}
 		for _, a := range ra {
-			if a == a1 {
+			if a.Addr() == a1 {
 				return false, "rule of p1 left"
 			}
 		}

@@ -94,7 +94,7 @@ func TestControllerRoutesPodTrafficThroughItsENI(t *testing.T) {
 	if err != nil || out.RulesRemoved != 2 || out.PodRoutesRemoved != 1 {
 		t.Fatalf("after DEL: %+v %v", out, err)
 	}
-	if ra, _ := ctl.Host.RuleAddrs(); slices.Contains(ra, a1) {
+	if ra, _ := ctl.Host.RulePrefixes(); slices.Contains(ra, netip.PrefixFrom(a1, 32)) {
 		t.Fatalf("rule of the deleted pod left: %v", ra)
 	}
 	if routes, _ := ctl.Host.PodRoutes(); len(routes) != 2 || routes[a1] != 0 {
@@ -108,7 +108,7 @@ func TestControllerRoutesPodTrafficThroughItsENI(t *testing.T) {
 	if err := ctl.Host.RemoveAll(); err != nil {
 		t.Fatal(err)
 	}
-	if r, _ := ctl.Host.RuleAddrs(); len(r) != 0 {
+	if r, _ := ctl.Host.RulePrefixes(); len(r) != 0 {
 		t.Fatalf("rules left after RemoveAll: %v", r)
 	}
 	if routes, _ := ctl.Host.PodRoutes(); len(routes) != 0 {
@@ -150,5 +150,59 @@ func TestControllerRun(t *testing.T) {
 	routed := func(context.Context) (bool, error) { r, err := ctl.Host.PodRoutes(); return r[a1] == link, err }
 	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 5*time.Second, true, routed); err != nil {
 		t.Fatalf("the pod's route never appeared: %v", err)
+	}
+}
+
+// TestControllerRoutesIPv6PrefixThroughItsENI: a dual-stack pod whose IPv6 address comes
+// from the /80 delegated to the secondary ENI reaches an external IPv6 address from that
+// address through that ENI (the VPC drops it from any other), and its IPv4 address from its
+// own ENI too; the prefix's rules go when the prefix goes, with the table's IPv6 route.
+func TestControllerRoutesIPv6PrefixThroughItsENI(t *testing.T) {
+	w := enihosttest.New(t)
+	prefix := netip.MustParsePrefix("2600:1f18:0:1:a::/80")
+	a4, a6 := netip.MustParseAddr("10.1.1.70"), netip.MustParseAddr("2600:1f18:0:1:a::5")
+	w.AddPod("p6", a4, 1)
+	w.AddAddr("p6", a6, 1)
+	enis := append([]enihost.ENI(nil), w.ENIs...)
+	enis[1].IPv6Prefixes = []netip.Prefix{prefix}
+	pods := []enihost.Pod{{Addr: a4, ENIIndex: 1}, {Addr: a6, ENIIndex: 1}}
+	state := func(context.Context) ([]enihost.ENI, []enihost.Pod, error) {
+		return enis, append([]enihost.Pod(nil), pods...), nil
+	}
+	ctl := &enihost.Controller{Host: &enihost.Host{Handle: w.H}, State: state, NetnsFiles: w.NetnsFiles}
+	ctx := context.Background()
+	if out, err := ctl.SyncOnce(ctx); err != nil || out.Pending() || out.PodRoutesSet != 2 {
+		t.Fatalf("sync: %+v %v", out, err)
+	}
+	for _, c := range []struct{ to, want netip.Addr }{{enihosttest.External6, a6}, {enihosttest.External, a4}} {
+		if src, err := w.Connect(w.Pods["p6"], w.VPC, c.to); err != nil || src != c.want {
+			t.Fatalf("p6 to %s: source %s, %v; want %s through the secondary ENI", c.to, src, err, c.want)
+		}
+	}
+	// Without the prefix's from-rule the packet leaves through eth0, and the VPC drops it;
+	// the next sync puts the rule back.
+	w.Must(w.H.RuleDel(ctl.Host.FromPrefixRule(prefix)))
+	if _, err := w.Connect(w.Pods["p6"], w.VPC, enihosttest.External6); err == nil {
+		t.Fatal("the pod reached the outside from its IPv6 address through eth0: the test cannot tell the ENIs apart")
+	}
+	if out, err := ctl.SyncOnce(ctx); err != nil || out.RulesAdded != 1 {
+		t.Fatalf("resync after the rule was lost: %+v %v", out, err)
+	}
+	if src, err := w.Connect(w.Pods["p6"], w.VPC, enihosttest.External6); err != nil || src != a6 {
+		t.Fatalf("p6 after resync: %s, %v", src, err)
+	}
+	// The prefix goes (its pod's IPv6 address first): its rules, its pod route and the
+	// table's IPv6 route go; IPv4 is untouched.
+	enis[1].IPv6Prefixes = nil
+	pods = pods[:1]
+	out, err := ctl.SyncOnce(ctx)
+	if err != nil || out.RulesRemoved != 2 || out.TableRoutesRemoved != 1 || out.PodRoutesRemoved != 1 {
+		t.Fatalf("prefix gone: %+v %v", out, err)
+	}
+	if rs, _ := ctl.Host.RulePrefixes(); slices.ContainsFunc(rs, func(p netip.Prefix) bool { return p.Addr().Is6() }) {
+		t.Fatalf("IPv6 rules left: %v", rs)
+	}
+	if src, err := w.Connect(w.Pods["p6"], w.VPC, enihosttest.External); err != nil || src != a4 {
+		t.Fatalf("p6's IPv4 after the prefix went: %s, %v", src, err)
 	}
 }

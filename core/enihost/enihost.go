@@ -9,7 +9,10 @@
 //	1536: from <pod> lookup <eni table> (traffic from the pod leaves through its ENI)
 //
 // Pods on the primary ENI (device index 0) need no 1536 rule: the main table's default route
-// already leaves through it. Tables are numbered device index + TableBase; rules and table
+// already leaves through it. An IPv6 prefix delegated to an ENI (the node's /80, as the AWS
+// VPC CNI's IPv6 prefix delegation gives it) gets the two rules for the whole prefix
+// instead of one pair per pod, and the ENI's table a default route via the VPC router's
+// link-local address (IPv6Router) out of that ENI. Tables are numbered device index + TableBase; rules and table
 // routes carry allot's protocol number (Protocol), pod routes their own (PodRouteProtocol),
 // so a restarted agent finds its own and removes the stale ones without touching anything
 // else, node routes included.
@@ -61,7 +64,15 @@ type ENI struct {
 	MAC string
 	// Subnet is the ENI's subnet; its router is the subnet's first host address, as in a VPC.
 	Subnet netip.Prefix
+	// IPv6Prefixes are the IPv6 prefixes delegated to the ENI: its pods' addresses come from
+	// them, and the rules name the prefixes rather than each pod.
+	IPv6Prefixes []netip.Prefix
 }
+
+// IPv6Router is the next hop of an ENI table's IPv6 default route: the VPC router answers
+// at the link-local fe80::1 on every ENI (the pods' own next hop in the AWS VPC CNI's IPv6
+// mode is the same address), so no subnet is needed to find it.
+var IPv6Router = netip.MustParseAddr("fe80::1")
 
 // Pod is one pod address, the ENI device index that holds it and the pod's host-side veth.
 type Pod struct {
@@ -83,6 +94,9 @@ type Host struct {
 // Result is what Sync changed and what it could not do.
 type Result struct {
 	RulesAdded, RulesRemoved, RoutesSet int
+	// TableRoutesRemoved counts ENI table routes removed because their ENI, or its IPv6
+	// prefix, is gone.
+	TableRoutesRemoved int
 	// PodRoutesSet and PodRoutesRemoved count main-table routes to pods' veths.
 	PodRoutesSet, PodRoutesRemoved int
 	Errors                         []error
@@ -110,14 +124,14 @@ func (h *Host) Sync(enis []ENI, pods []Pod) (Result, error) {
 	if err := h.podRoutes(pods, &res); err != nil {
 		return res, err
 	}
-	want, errs := wantedRules(pods, ready)
+	want, errs := wantedRules(enis, pods, ready)
 	res.Errors = append(res.Errors, errs...)
 	if err := h.syncRules(want, &res); err != nil {
 		return res, err
 	}
-	if res.RulesAdded+res.RulesRemoved+res.PodRoutesSet+res.PodRoutesRemoved > 0 && h.Log != nil {
+	if res.RulesAdded+res.RulesRemoved+res.PodRoutesSet+res.PodRoutesRemoved+res.TableRoutesRemoved > 0 && h.Log != nil {
 		h.Log.Info("ENI pod rules and routes synced", "rules_added", res.RulesAdded, "rules_removed", res.RulesRemoved,
-			"routes_set", res.PodRoutesSet, "routes_removed", res.PodRoutesRemoved, "pods", len(pods))
+			"routes_set", res.PodRoutesSet, "routes_removed", res.PodRoutesRemoved, "table_routes_removed", res.TableRoutesRemoved, "pods", len(pods))
 	}
 	return res, nil
 }
@@ -147,13 +161,80 @@ func (h *Host) syncTables(enis []ENI, res *Result) (map[int]bool, error) {
 		res.RoutesSet++
 		ready[e.Index] = true
 	}
+	if err := h.pruneTables(enis, res); err != nil {
+		return nil, err
+	}
 	return ready, nil
 }
 
-// wantedRules are the policy rules the pods need, given the ENI devices that are ready; a
-// pod of a device that is not is an error.
-func wantedRules(pods []Pod, ready map[int]bool) (map[ruleKey]bool, []error) {
+// pruneTables removes the ENI table routes of allot's that no listed ENI needs any more: the
+// tables of ENIs gone, and the IPv6 default route of an ENI whose prefix is gone (its rules
+// go with the prefix; the route would otherwise stay behind, unused).
+func (h *Host) pruneTables(enis []ENI, res *Result) error {
+	keep := map[[2]int]bool{} // {table, family}
+	for _, e := range enis {
+		if e.Subnet.IsValid() {
+			keep[[2]int{TableBase + e.Index, family(e.Subnet.Addr())}] = true
+		}
+		if len(e.IPv6Prefixes) > 0 {
+			keep[[2]int{TableBase + e.Index, netlink.FAMILY_V6}] = true
+		}
+	}
+	for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
+		rs, err := h.tableRouteList(fam)
+		if err != nil {
+			return err
+		}
+		for i := range rs {
+			if keep[[2]int{rs[i].Table, fam}] {
+				continue
+			}
+			if err := h.nl().RouteDel(&rs[i]); err != nil && !errors.Is(err, unix.ESRCH) {
+				res.Errors = append(res.Errors, fmt.Errorf("enihost: remove table %d route %s: %w", rs[i].Table, rs[i].Dst, err))
+				continue
+			}
+			res.TableRoutesRemoved++
+		}
+	}
+	return nil
+}
+
+// tableRouteList lists allot's routes of the ENI tables in family fam.
+func (h *Host) tableRouteList(fam int) ([]netlink.Route, error) {
+	rs, err := h.nl().RouteListFiltered(fam, &netlink.Route{Protocol: Protocol, Table: unix.RT_TABLE_UNSPEC}, netlink.RT_FILTER_PROTOCOL|netlink.RT_FILTER_TABLE)
+	if err != nil {
+		return nil, fmt.Errorf("enihost: list ENI table routes: %w", err)
+	}
+	out := rs[:0]
+	for _, r := range rs {
+		if r.Table > TableBase {
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
+func family(a netip.Addr) int {
+	if a.Is4() {
+		return netlink.FAMILY_V4
+	}
+	return netlink.FAMILY_V6
+}
+
+// wantedRules are the policy rules the pods and the ENIs' IPv6 prefixes need, given the ENI
+// devices that are ready; a pod of a device that is not is an error. A pod inside a prefix
+// of its ENI needs no rules of its own.
+func wantedRules(enis []ENI, pods []Pod, ready map[int]bool) (map[ruleKey]bool, []error) {
 	want := map[ruleKey]bool{}
+	prefixes := map[int][]netip.Prefix{}
+	for _, e := range enis {
+		if e.Index == 0 || ready[e.Index] {
+			prefixes[e.Index] = e.IPv6Prefixes
+			for _, p := range e.IPv6Prefixes {
+				addRules(want, p.Masked(), e.Index)
+			}
+		}
+	}
 	var errs []error
 	for _, p := range pods {
 		if !p.Addr.IsValid() {
@@ -163,15 +244,22 @@ func wantedRules(pods []Pod, ready map[int]bool) (map[ruleKey]bool, []error) {
 			errs = append(errs, fmt.Errorf("enihost: pod %s: ENI device %d is not ready on the host", p.Addr, p.ENIIndex))
 			continue
 		}
-		// The to-pod rule for pods of every ENI, the primary's included: without it the
-		// answer of a secondary-ENI pod to a primary-ENI pod would follow the former's
-		// from-rule out of its ENI instead of staying on the node.
-		want[ruleKey{p.Addr, ToPodPriority, unix.RT_TABLE_MAIN}] = true
-		if p.ENIIndex != 0 {
-			want[ruleKey{p.Addr, FromPodPriority, TableBase + p.ENIIndex}] = true
+		if !slices.ContainsFunc(prefixes[p.ENIIndex], func(q netip.Prefix) bool { return q.Contains(p.Addr) }) {
+			addRules(want, netip.PrefixFrom(p.Addr, p.Addr.BitLen()), p.ENIIndex)
 		}
 	}
 	return want, errs
+}
+
+// addRules adds the rules of the pod addresses p on ENI device eni: the to-pod rule for
+// every ENI, the primary's included (without it the answer of a secondary-ENI pod to a
+// primary-ENI pod would follow the former's from-rule out of its ENI instead of staying on
+// the node), the from-pod rule for secondary ENIs.
+func addRules(want map[ruleKey]bool, p netip.Prefix, eni int) {
+	want[ruleKey{p, ToPodPriority, unix.RT_TABLE_MAIN}] = true
+	if eni != 0 {
+		want[ruleKey{p, FromPodPriority, TableBase + eni}] = true
+	}
 }
 
 // syncRules removes the rules of allot's priorities not in want and adds those missing.
@@ -209,7 +297,10 @@ func missingRules(want map[ruleKey]bool, have map[ruleKey]*netlink.Rule) []ruleK
 		}
 	}
 	slices.SortFunc(keys, func(a, b ruleKey) int {
-		if c := a.addr.Compare(b.addr); c != 0 {
+		if c := a.pods.Addr().Compare(b.pods.Addr()); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(a.pods.Bits(), b.pods.Bits()); c != 0 {
 			return c
 		}
 		return cmp.Compare(a.prio, b.prio)
@@ -299,18 +390,23 @@ func (h *Host) PodRoutes() (map[netip.Addr]int, error) {
 	return out, nil
 }
 
-// RuleAddrs returns the pod address of each of allot's rules, sorted, once per rule
-// (tests, diagnostics).
-func (h *Host) RuleAddrs() ([]netip.Addr, error) {
+// RulePrefixes returns the pod addresses of each of allot's rules (a host prefix, or an
+// ENI's IPv6 prefix), sorted, once per rule (tests, diagnostics).
+func (h *Host) RulePrefixes() ([]netip.Prefix, error) {
 	rs, err := h.rules()
 	if err != nil {
 		return nil, err
 	}
-	out := make([]netip.Addr, 0, len(rs))
+	out := make([]netip.Prefix, 0, len(rs))
 	for k := range rs {
-		out = append(out, k.addr)
+		out = append(out, k.pods)
 	}
-	slices.SortFunc(out, netip.Addr.Compare)
+	slices.SortFunc(out, func(a, b netip.Prefix) int {
+		if c := a.Addr().Compare(b.Addr()); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Bits(), b.Bits())
+	})
 	return out, nil
 }
 
@@ -336,36 +432,30 @@ func (h *Host) RemoveAll() error {
 		}
 	}
 	for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
-		rs, err := h.nl().RouteListFiltered(fam, &netlink.Route{Protocol: Protocol, Table: unix.RT_TABLE_UNSPEC}, netlink.RT_FILTER_PROTOCOL|netlink.RT_FILTER_TABLE)
+		rs, err := h.tableRouteList(fam)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
 		for _, r := range rs {
-			if r.Table > TableBase {
-				if err := h.nl().RouteDel(&r); err != nil && !errors.Is(err, unix.ESRCH) {
-					errs = append(errs, err)
-				}
+			if err := h.nl().RouteDel(&r); err != nil && !errors.Is(err, unix.ESRCH) {
+				errs = append(errs, err)
 			}
 		}
 	}
 	return errors.Join(errs...)
 }
 
-// tableRoutes sets ENI e's table: the router on-link through e, and the default route via it.
+// tableRoutes sets ENI e's table: the subnet's router on-link through e and the default
+// route via it, and with an IPv6 prefix the IPv6 default route via IPv6Router through e.
 func (h *Host) tableRoutes(e ENI, l netlink.Link) error {
-	if !e.Subnet.IsValid() || e.Subnet.Addr().BitLen()-e.Subnet.Bits() < 2 {
-		return fmt.Errorf("enihost: ENI device %d: subnet %s has no router address", e.Index, e.Subnet)
+	routes, err := tableRoutes(e, l.Attrs().Index)
+	if err != nil {
+		return err
 	}
-	gw := e.Subnet.Masked().Addr().Next()
-	bits := gw.BitLen()
 	table := TableBase + e.Index
 	if err := h.nl().LinkSetUp(l); err != nil {
 		return fmt.Errorf("enihost: ENI device %d: set %s up: %w", e.Index, l.Attrs().Name, err)
-	}
-	routes := []*netlink.Route{
-		{LinkIndex: l.Attrs().Index, Dst: &net.IPNet{IP: gw.AsSlice(), Mask: net.CIDRMask(bits, bits)}, Scope: netlink.SCOPE_LINK, Table: table, Protocol: Protocol},
-		{LinkIndex: l.Attrs().Index, Dst: &net.IPNet{IP: zero(gw), Mask: net.CIDRMask(0, bits)}, Gw: gw.AsSlice(), Table: table, Protocol: Protocol},
 	}
 	for _, r := range routes {
 		if err := h.nl().RouteReplace(r); err != nil {
@@ -373,6 +463,29 @@ func (h *Host) tableRoutes(e ENI, l netlink.Link) error {
 		}
 	}
 	return nil
+}
+
+// tableRoutes are the routes of ENI e's table, out of link. An ENI with an IPv6 prefix and
+// no (valid) subnet still gets its IPv6 route: the subnet is only needed for the router.
+func tableRoutes(e ENI, link int) ([]*netlink.Route, error) {
+	table := TableBase + e.Index
+	var routes []*netlink.Route
+	hasRouter := e.Subnet.IsValid() && e.Subnet.Addr().BitLen()-e.Subnet.Bits() >= 2
+	if hasRouter {
+		gw := e.Subnet.Masked().Addr().Next()
+		bits := gw.BitLen()
+		routes = append(routes,
+			&netlink.Route{LinkIndex: link, Dst: &net.IPNet{IP: gw.AsSlice(), Mask: net.CIDRMask(bits, bits)}, Scope: netlink.SCOPE_LINK, Table: table, Protocol: Protocol},
+			&netlink.Route{LinkIndex: link, Dst: &net.IPNet{IP: zero(gw), Mask: net.CIDRMask(0, bits)}, Gw: gw.AsSlice(), Table: table, Protocol: Protocol})
+	}
+	if len(e.IPv6Prefixes) > 0 && !(hasRouter && e.Subnet.Addr().Is6()) {
+		routes = append(routes, &netlink.Route{LinkIndex: link, Dst: &net.IPNet{IP: net.IPv6zero, Mask: net.CIDRMask(0, 128)},
+			Gw: IPv6Router.AsSlice(), Table: table, Protocol: Protocol})
+	}
+	if len(routes) == 0 {
+		return nil, fmt.Errorf("enihost: ENI device %d: subnet %s has no router address", e.Index, e.Subnet)
+	}
+	return routes, nil
 }
 
 func zero(a netip.Addr) net.IP {
@@ -396,33 +509,31 @@ func (h *Host) linksByMAC() (map[string]netlink.Link, error) {
 	return out, nil
 }
 
+// ruleKey is one of allot's rules: pods is a pod's host prefix or an ENI's IPv6 prefix.
 type ruleKey struct {
-	addr  netip.Addr
+	pods  netip.Prefix
 	prio  int
 	table int
 }
 
 func (k ruleKey) String() string {
 	if k.prio == ToPodPriority {
-		return fmt.Sprintf("%d: to %s lookup %d", k.prio, k.addr, k.table)
+		return fmt.Sprintf("%d: to %s lookup %d", k.prio, k.pods, k.table)
 	}
-	return fmt.Sprintf("%d: from %s lookup %d", k.prio, k.addr, k.table)
+	return fmt.Sprintf("%d: from %s lookup %d", k.prio, k.pods, k.table)
 }
 
 func (k ruleKey) rule() *netlink.Rule {
 	r := netlink.NewRule()
-	bits := k.addr.BitLen()
-	n := &net.IPNet{IP: k.addr.AsSlice(), Mask: net.CIDRMask(bits, bits)}
+	a := k.pods.Addr()
+	n := &net.IPNet{IP: a.AsSlice(), Mask: net.CIDRMask(k.pods.Bits(), a.BitLen())}
 	if k.prio == ToPodPriority {
 		r.Dst = n
 	} else {
 		r.Src = n
 	}
 	r.Priority, r.Table, r.Protocol = k.prio, k.table, Protocol
-	r.Family = netlink.FAMILY_V4
-	if k.addr.Is6() {
-		r.Family = netlink.FAMILY_V6
-	}
+	r.Family = family(a)
 	return r
 }
 
@@ -452,10 +563,11 @@ func (h *Host) rules() (map[ruleKey]*netlink.Rule, error) {
 				continue
 			}
 			a, ok := netip.AddrFromSlice(n.IP)
+			ones, _ := n.Mask.Size()
 			if !ok {
 				continue
 			}
-			out[ruleKey{a.Unmap(), r.Priority, r.Table}] = r
+			out[ruleKey{netip.PrefixFrom(a.Unmap(), ones), r.Priority, r.Table}] = r
 		}
 	}
 	return out, nil

@@ -1,6 +1,7 @@
 package enihost
 
 import (
+	"fmt"
 	"net"
 	"net/netip"
 	"os"
@@ -136,5 +137,118 @@ func TestSyncRoutesPodTrafficThroughItsENI(t *testing.T) {
 	}
 	if rs, _ := h.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Table: TableBase + 1}, netlink.RT_FILTER_TABLE); len(rs) != 0 {
 		t.Fatalf("table routes left: %v", rs)
+	}
+}
+
+// TestSyncRoutesIPv6PrefixThroughItsENI: an IPv6 /80 delegated to a secondary ENI (veth
+// pairs stand in for the ENIs) sends its pods' packets out of that ENI via the VPC router's
+// link-local address, and one of the primary ENI through the main table; the rules name the
+// prefix once; a prefix, then an ENI, that goes away leaves no rule or table route behind,
+// and RemoveAll leaves nothing.
+func TestSyncRoutesIPv6PrefixThroughItsENI(t *testing.T) {
+	ns := newNS(t)
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	idx := map[string]int{}
+	for i, name := range []string{"eth0", "eth1", "pod0"} {
+		mac, _ := net.ParseMAC(fmt.Sprintf("02:00:00:00:01:%02x", i))
+		must(h.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name, HardwareAddr: mac}, PeerName: name + "p"}))
+		for _, n := range []string{name, name + "p"} {
+			ln, err := h.LinkByName(n)
+			must(err)
+			must(h.LinkSetUp(ln))
+			idx[n] = ln.Attrs().Index
+		}
+	}
+	must(topo.In(ns, func() error {
+		return os.WriteFile("/proc/sys/net/ipv6/conf/all/forwarding", []byte("1"), 0o644)
+	}))
+	// The node's own IPv6 default route, through the primary ENI.
+	must(h.RouteAdd(&netlink.Route{LinkIndex: idx["eth0"], Dst: ipnet("::/0"), Gw: net.ParseIP("fe80::1")}))
+
+	p1, p0 := netip.MustParsePrefix("2600:1f18:0:1:a::/80"), netip.MustParsePrefix("2600:1f18:0:0:b::/80")
+	a1, a0 := netip.MustParseAddr("2600:1f18:0:1:a::5"), netip.MustParseAddr("2600:1f18:0:0:b::7")
+	enis := []ENI{{Index: 0, MAC: "02:00:00:00:01:00", Subnet: netip.MustParsePrefix("10.1.0.0/24"), IPv6Prefixes: []netip.Prefix{p0}},
+		{Index: 1, MAC: "02:00:00:00:01:01", Subnet: netip.MustParsePrefix("10.1.1.0/24"), IPv6Prefixes: []netip.Prefix{p1}}}
+	pods := []Pod{{Addr: a1, ENIIndex: 1, HostLink: idx["pod0"]}, {Addr: a0, ENIIndex: 0, HostLink: idx["pod0p"]}}
+	host := &Host{Handle: h}
+	res, err := host.Sync(enis, pods)
+	if err != nil || len(res.Errors) != 0 || res.RulesAdded != 3 || res.PodRoutesSet != 2 {
+		t.Fatalf("sync: %+v %v", res, err)
+	}
+	egress := func(src netip.Addr) (oif int, gw net.IP) {
+		t.Helper()
+		rs, err := h.RouteGetWithOptions(net.ParseIP("2001:db8::9"), &netlink.RouteGetOptions{SrcAddr: src.AsSlice(), Iif: "pod0"})
+		if err != nil || len(rs) == 0 {
+			t.Fatalf("route get from %s: %v", src, err)
+		}
+		return rs[0].LinkIndex, rs[0].Gw
+	}
+	if oif, gw := egress(a1); oif != idx["eth1"] || !gw.Equal(net.ParseIP("fe80::1")) {
+		t.Fatalf("pod of the secondary ENI's /80 leaves through ifindex %d via %s, want eth1 (%d) via fe80::1", oif, gw, idx["eth1"])
+	}
+	if oif, _ := egress(a0); oif != idx["eth0"] {
+		t.Fatalf("pod of the primary ENI's /80 leaves through ifindex %d, want eth0", oif)
+	}
+	// Traffic to a pod stays on the node (the to-prefix rule and the pod's route).
+	if rs, err := h.RouteGetWithOptions(a1.AsSlice(), &netlink.RouteGetOptions{SrcAddr: a0.AsSlice(), Iif: "pod0p"}); err != nil || rs[0].LinkIndex != idx["pod0"] {
+		t.Fatalf("pod to pod: %v %v", rs, err)
+	}
+	if got, _ := host.RulePrefixes(); len(got) != 3 || got[0] != p0 || got[1] != p1 {
+		t.Fatalf("rules name %v, want the two prefixes (the secondary's twice)", got)
+	}
+	if res, err := (&Host{Handle: h}).Sync(enis, pods); err != nil || res.RulesAdded+res.RulesRemoved+res.PodRoutesSet+res.TableRoutesRemoved != 0 {
+		t.Fatalf("resync: %+v %v", res, err)
+	}
+	v6Table := func() []netlink.Route {
+		rs, err := h.RouteListFiltered(netlink.FAMILY_V6, &netlink.Route{Table: TableBase + 1}, netlink.RT_FILTER_TABLE)
+		must(err)
+		return rs
+	}
+	if len(v6Table()) != 1 {
+		t.Fatalf("table %d IPv6 routes: %v", TableBase+1, v6Table())
+	}
+
+	// The secondary ENI's prefix goes (its pod went first): its rules and its IPv6 route go,
+	// its IPv4 routes stay.
+	enis[1].IPv6Prefixes = nil
+	res, err = host.Sync(enis, pods[1:])
+	if err != nil || res.RulesRemoved != 2 || res.TableRoutesRemoved != 1 || res.PodRoutesRemoved != 1 {
+		t.Fatalf("prefix gone: %+v %v", res, err)
+	}
+	if rs := v6Table(); len(rs) != 0 {
+		t.Fatalf("IPv6 table routes left: %v", rs)
+	}
+	if oif, _ := egress(a1); oif != idx["eth0"] {
+		t.Fatalf("after removal the prefix should follow the main table, got ifindex %d", oif)
+	}
+	// The ENI goes: its IPv4 routes too.
+	if res, err := host.Sync(enis[:1], pods[1:]); err != nil || res.TableRoutesRemoved != 2 {
+		t.Fatalf("ENI gone: %+v %v", res, err)
+	}
+	enis[1].IPv6Prefixes = []netip.Prefix{p1}
+	if _, err := host.Sync(enis, pods); err != nil {
+		t.Fatal(err)
+	}
+	must(host.RemoveAll())
+	if rules, _ := host.rules(); len(rules) != 0 {
+		t.Fatalf("rules left: %v", rules)
+	}
+	for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
+		if rs, _ := h.RouteListFiltered(fam, &netlink.Route{Table: TableBase + 1}, netlink.RT_FILTER_TABLE); len(rs) != 0 {
+			t.Fatalf("table routes left: %v", rs)
+		}
+	}
+	if routes, _ := host.PodRoutes(); len(routes) != 0 {
+		t.Fatalf("pod routes left: %v", routes)
 	}
 }
