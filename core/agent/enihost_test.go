@@ -11,6 +11,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/vishvananda/netlink"
+
 	"github.com/allot-ipam/allot/core/api"
 	"github.com/allot-ipam/allot/core/eni/eninode"
 	"github.com/allot-ipam/allot/core/enihost"
@@ -43,6 +45,8 @@ func TestENIHostRoutingFromTheAgent(t *testing.T) {
 	}
 	dbPath := filepath.Join(t.TempDir(), "allot.db")
 	a1, a2 := netip.MustParseAddr("10.1.1.50"), netip.MustParseAddr("10.1.0.50")
+	// The node's IPv6 /80, delegated to the secondary ENI: p1 is dual-stack.
+	prefix6 := netip.MustParsePrefix("2600:1f18:0:1:a::/80")
 
 	// start runs an agent, its manager and the host controller; stop ends them.
 	type running struct {
@@ -93,7 +97,8 @@ func TestENIHostRoutingFromTheAgent(t *testing.T) {
 	op := eninode.Clients{Live: c, Writer: c}
 	ifcs := []allotv1.ENIInterface{
 		{ID: "eni-0", Index: 0, MAC: w.ENIs[0].MAC, Subnet: "subnet-0", SubnetCIDR: "10.1.0.0/24", Addresses: []string{a2.String()}},
-		{ID: "eni-1", Index: 1, MAC: w.ENIs[1].MAC, Subnet: "subnet-1", SubnetCIDR: "10.1.1.0/24", Addresses: []string{a1.String()}},
+		{ID: "eni-1", Index: 1, MAC: w.ENIs[1].MAC, Subnet: "subnet-1", SubnetCIDR: "10.1.1.0/24", Addresses: []string{a1.String()},
+			Prefixes: []string{prefix6.String()}},
 	}
 	if err := eninode.UpdateStatus(ctx, op, name, func(n *allotv1.AllotNode) bool {
 		n.Status.ENI = &allotv1.ENIStatus{Interfaces: ifcs, InterfaceCount: 2, Available: 2}
@@ -108,14 +113,16 @@ func TestENIHostRoutingFromTheAgent(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	eventually(t, "the pool's two addresses in the agent", 10*time.Second, func() (bool, string) {
+	eventually(t, "the pool's two addresses and the /80 in the agent", 10*time.Second, func() (bool, string) {
 		n := 0
 		for _, u := range r.m.Usage() {
 			n += len(u.CIDRs)
 		}
-		return n == 2, fmt.Sprint(r.m.Usage())
+		return n == 3, fmt.Sprint(r.m.Usage())
 	})
-	// ADD two pods, one per ENI; the interface plugin's part (the veth) comes after.
+	// ADD two pods, one per ENI for IPv4, both with an IPv6 address of the secondary ENI's
+	// /80; the interface plugin's part (the veth) comes after.
+	v6 := map[netip.Addr]netip.Addr{}
 	for i, ad := range []netip.Addr{a1, a2} {
 		al, err := r.m.Allocate(ctx, &api.AllocateRequest{Owner: api.Owner{ContainerID: fmt.Sprint("c", i), IfName: "eth0"},
 			Network: "k8s", IPs: []string{ad.String()}})
@@ -125,9 +132,15 @@ func TestENIHostRoutingFromTheAgent(t *testing.T) {
 		if got := netip.MustParsePrefix(al.IPs[0].Address).Addr(); got != ad {
 			t.Fatalf("allocation %v, want %s", al.IPs, ad)
 		}
+		if len(al.IPs) != 2 || !prefix6.Contains(netip.MustParsePrefix(al.IPs[1].Address).Addr()) {
+			t.Fatalf("allocation %v, want an IPv6 address of %s beside %s", al.IPs, prefix6, ad)
+		}
+		v6[ad] = netip.MustParsePrefix(al.IPs[1].Address).Addr()
 	}
 	w.AddPod("p1", a1, 1)
+	w.AddAddr("p1", v6[a1], 1)
 	w.AddPod("p2", a2, 0)
+	w.AddAddr("p2", v6[a2], 1)
 	routed := func(want map[netip.Addr]int) func() (bool, string) {
 		return func() (bool, string) {
 			got, err := r.ctl.Host.PodRoutes()
@@ -142,16 +155,23 @@ func TestENIHostRoutingFromTheAgent(t *testing.T) {
 			return true, ""
 		}
 	}
-	eventually(t, "routes to both pods' veths", 10*time.Second, routed(map[netip.Addr]int{a1: w.HostLink("p1"), a2: w.HostLink("p2")}))
+	both := map[netip.Addr]int{a1: w.HostLink("p1"), a2: w.HostLink("p2"), v6[a1]: w.HostLink("p1"), v6[a2]: w.HostLink("p2")}
+	eventually(t, "routes to both pods' veths", 10*time.Second, routed(both))
 	check := func(pod string, want netip.Addr) {
 		t.Helper()
-		eventually(t, pod+" reaches the outside through its ENI", 10*time.Second, func() (bool, string) {
-			src, err := w.Connect(w.Pods[pod], w.VPC, enihosttest.External)
+		to := enihosttest.External
+		if want.Is6() {
+			to = enihosttest.External6
+		}
+		eventually(t, pod+" reaches the outside through the ENI of "+want.String(), 10*time.Second, func() (bool, string) {
+			src, err := w.Connect(w.Pods[pod], w.VPC, to)
 			return err == nil && src == want, fmt.Sprint(src, err)
 		})
 	}
 	check("p1", a1)
 	check("p2", a2)
+	check("p1", v6[a1])
+	check("p2", v6[a2]) // its IPv4 address leaves through eth0, its IPv6 one through eth1
 
 	// Agent restart: the allocations come back from the store; the new agent cannot see the
 	// namespaces, and keeps every route and rule all the same.
@@ -161,16 +181,17 @@ func TestENIHostRoutingFromTheAgent(t *testing.T) {
 		out, err := r.ctl.SyncOnce(ctx)
 		return err == nil && !out.Pending() && out.PodRoutesRemoved+out.RulesRemoved == 0, fmt.Sprint(out, err)
 	})
-	if ok, why := routed(map[netip.Addr]int{a1: w.HostLink("p1"), a2: w.HostLink("p2")})(); !ok {
+	if ok, why := routed(both)(); !ok {
 		t.Fatalf("routes after restart: %s", why)
 	}
 	check("p1", a1)
+	check("p1", v6[a1])
 
 	// DEL of p1: its route and rules go.
 	if err := r.m.Release(ctx, &api.ReleaseRequest{Owner: api.Owner{ContainerID: "c0", IfName: "eth0"}, Network: "k8s"}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "p1's route gone", 10*time.Second, routed(map[netip.Addr]int{a2: w.HostLink("p2")}))
+	eventually(t, "p1's routes gone", 10*time.Second, routed(map[netip.Addr]int{a2: w.HostLink("p2"), v6[a2]: w.HostLink("p2")}))
 	eventually(t, "p1's rules gone", 10*time.Second, func() (bool, string) {
 		ra, err := r.ctl.Host.RulePrefixes()
 		if err != nil {
@@ -184,4 +205,25 @@ func TestENIHostRoutingFromTheAgent(t *testing.T) {
 		return true, ""
 	})
 	check("p2", a2)
+	check("p2", v6[a2])
+
+	// The /80 leaves the node (p2 released first): its rules and the ENI table's IPv6
+	// route go.
+	if err := r.m.Release(ctx, &api.ReleaseRequest{Owner: api.Owner{ContainerID: "c1", IfName: "eth0"}, Network: "k8s"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := eninode.UpdateStatus(ctx, op, name, func(n *allotv1.AllotNode) bool {
+		n.Status.ENI.Interfaces[1].Prefixes = nil
+		return true
+	}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "no rule and no IPv6 table route left", 10*time.Second, func() (bool, string) {
+		ra, err := r.ctl.Host.RulePrefixes()
+		if err != nil || len(ra) != 0 {
+			return false, fmt.Sprint(ra, err)
+		}
+		rs, err := w.H.RouteListFiltered(netlink.FAMILY_V6, &netlink.Route{Table: enihost.TableBase + 1}, netlink.RT_FILTER_TABLE)
+		return err == nil && len(rs) == 0, fmt.Sprint(rs, err)
+	})
 }
