@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -129,6 +130,12 @@ func (m *muxConn) call(ctx context.Context, op frame.Op, appendPayload func([]by
 	m.buf = frame.End(b, start)
 	if !m.flushing {
 		m.flushing = true
+		// Yield once before writing: the callers an answer burst woke run on this P after
+		// one another, and yielding lets them queue their requests into this write rather
+		// than each making a write system call of its own.
+		m.mu.Unlock()
+		runtime.Gosched()
+		m.mu.Lock()
 		for len(m.buf) > 0 && m.err == nil {
 			out := m.buf
 			m.buf = m.spare[:0]

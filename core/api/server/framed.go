@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -357,6 +358,11 @@ var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }
 
 // writer batches answers: whoever finds no write in progress writes, and keeps writing what
 // others appended meanwhile, so concurrent answers share a write system call.
+//
+// Before its first write it yields once (runtime.Gosched): the answers of one store commit
+// are made runnable together, and on a loaded P they would otherwise run one after another,
+// each finding no write in progress and making its own write system call. Yielding lets the
+// others append first, so one write carries them all; an idle server's yield returns at once.
 type writer struct {
 	c        net.Conn
 	mu       sync.Mutex
@@ -378,6 +384,9 @@ func (w *writer) write(p []byte) {
 		return
 	}
 	w.flushing = true
+	w.mu.Unlock()
+	runtime.Gosched()
+	w.mu.Lock()
 	for len(w.buf) > 0 && w.err == nil {
 		out := w.buf
 		w.buf = w.spare[:0]
