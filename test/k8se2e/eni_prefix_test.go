@@ -3,6 +3,7 @@ package k8se2e
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/allot-ipam/allot/core/eni/eninode"
+	"github.com/allot-ipam/allot/core/enihost"
 	allotv1 "github.com/allot-ipam/allot/core/k8s/apis/allot/v1alpha1"
 )
 
@@ -62,6 +64,8 @@ func TestENIPrefixDelegation(t *testing.T) {
 	e.scaleAll(t, ctx, func(int) int { return 20 })
 	eventually(t, "two /28s per node serve the pods", 60*time.Second, func() (bool, string) { return e.prefixState(2) })
 	e.checkNoDuplicates(ctx)
+	eventually(t, "the agents' ENI host state routes every pod through its /28's ENI", 10*time.Second,
+		func() (bool, string) { return e.hostState(ctx) })
 	if n := e.fake.Calls("AssignPrivateIpAddresses"); n > 4*len(e.nodes) {
 		t.Errorf("%d AssignPrivateIpAddresses calls for %d nodes", n, len(e.nodes))
 	}
@@ -210,6 +214,49 @@ func (e *eniEnv) checkDualStack(ctx context.Context) map[netip.Addr]string {
 	return held
 }
 
+// hostState: each agent's ENI host state (what core/enihost applies when host routing is on)
+// lists every address its pods hold, of both families, with the device index of the ENI
+// that EC2 says carries it (a secondary address, or one of its /28s or /80s), and each ENI
+// with its /80s: replies leave through the ENI holding the pod's address.
+func (e *eniEnv) hostState(ctx context.Context) (bool, string) {
+	for _, n := range e.nodes {
+		enis, pods, err := n.d.Agent().ENIHostState(ctx)
+		if err != nil {
+			return false, n.name + ": " + err.Error()
+		}
+		allocs, err := n.cli.Allocations(ctx)
+		if err != nil {
+			return false, n.name + ": " + err.Error()
+		}
+		want := map[netip.Addr]int{} // address -> device index, from EC2
+		for _, en := range e.fake.InstanceENIs(e.inst[n.name]) {
+			if en.Attachment == nil {
+				continue
+			}
+			if i := slices.IndexFunc(enis, func(h enihost.ENI) bool { return h.Index == en.Attachment.DeviceIndex }); i < 0 || !slices.Equal(enis[i].IPv6Prefixes, en.Prefixes6) {
+				return false, fmt.Sprintf("%s: host state ENIs %+v, want device %d with %v", n.name, enis, en.Attachment.DeviceIndex, en.Prefixes6)
+			}
+			in := func(p netip.Prefix, a netip.Addr) bool { return p.Contains(a) }
+			for _, al := range allocs {
+				for _, ip := range al.IPs {
+					a := netip.MustParsePrefix(ip.Address).Addr()
+					if slices.Contains(en.Secondary, a) || slices.ContainsFunc(append(en.Prefixes4, en.Prefixes6...), func(p netip.Prefix) bool { return in(p, a) }) {
+						want[a] = en.Attachment.DeviceIndex
+					}
+				}
+			}
+		}
+		got := map[netip.Addr]int{}
+		for _, p := range pods {
+			got[p.Addr] = p.ENIIndex
+		}
+		if len(want) == 0 || !maps.Equal(got, want) {
+			return false, fmt.Sprintf("%s: host state pods %v, want %v", n.name, got, want)
+		}
+	}
+	return true, ""
+}
+
 // released: no pod is left, and neither the agents nor status.ipam.used hold an address.
 func (e *eniEnv) released(ctx context.Context) (bool, string) {
 	for _, n := range e.nodes {
@@ -258,6 +305,8 @@ func TestENIIPv6PrefixDelegation(t *testing.T) {
 		t.Errorf("%d distinct IPv6 addresses held by %d pods", len(first), 20*len(e.nodes))
 	}
 	e.checkNoDuplicates(ctx)
+	eventually(t, "the agents' ENI host state routes every pod through the ENI of each address", 10*time.Second,
+		func() (bool, string) { return e.hostState(ctx) })
 
 	// DEL gives both families back: nothing held, on the agents or in status.ipam.used.
 	e.scaleAll(t, ctx, func(int) int { return 0 })
