@@ -46,7 +46,8 @@ type result struct {
 	opHeap        uint64           // live heap of the operator (its caches and state) at the end
 	agentHeap     uint64           // live heap per agent
 	agentRoutines float64
-	cpu           string // CPU seconds by process once every node held its blocks
+	cpu           string  // CPU seconds by process once every node held its blocks
+	cpuSelf       float64 // of this process (the operator and the agents) until then
 }
 
 // run starts the API server, the operator and p.nodes agents, waits until every node holds
@@ -73,7 +74,7 @@ func run(tb testing.TB, p params) *result {
 	f.startAll(p.nodes)
 	r.converge = waitBlocks(tb, f, p)
 	close(stopProgress)
-	r.cpu = cpuSeconds(env.Dir)
+	r.cpu, r.cpuSelf = cpuSeconds(env.Dir), procCPU("self")
 	r.p50, r.p99 = percentiles(f.times())
 	r.agentStart = agCnt.Snapshot()
 
@@ -313,6 +314,7 @@ func (r *result) print(w io.Writer) {
 	fmt.Fprintf(w, "  %-46s %.1f KiB, %.1f goroutines\n", "agent live heap, per node", float64(r.agentHeap)/(1<<10), r.agentRoutines)
 	fmt.Fprintf(w, "  %-46s %.0f MiB\n", "kube-apiserver resident memory", float64(r.apiRSS)/(1<<20))
 	fmt.Fprintf(w, "  %-46s %s\n", "CPU seconds until every node held its blocks", r.cpu)
+	fmt.Fprintf(w, "  %-46s %.1f ms\n", "test process CPU per node until then", r.cpuSelf/n*1000)
 	fmt.Fprintf(w, "  %-46s agents %s; operator %s\n", "failed requests per node, start to end", perNode(r.agentFailed, n), perNode(r.opFailed, n))
 	fmt.Fprintf(w, "  %-46s %d; operator Events by reason: %s\n", "blocks held by two nodes at the end", len(r.shared), fmt.Sprint(r.events))
 }
@@ -378,7 +380,7 @@ func watchesOf(m map[string]int64) int64 {
 // processes whose command line names dir, the environment's directory).
 func cpuSeconds(dir string) string {
 	fds, _ := os.ReadDir("/proc/self/fd")
-	out := fmt.Sprintf("test %.0f (%d open files)", procCPU("self"), len(fds))
+	out := fmt.Sprintf("test %.1f (%d open files)", procCPU("self"), len(fds))
 	ents, _ := os.ReadDir("/proc")
 	for _, e := range ents {
 		if _, err := strconv.Atoi(e.Name()); err != nil {
@@ -389,7 +391,7 @@ func cpuSeconds(dir string) string {
 			continue
 		}
 		name := strings.SplitN(string(cmd), "\x00", 2)[0]
-		out += fmt.Sprintf(", %s %.0f", name[strings.LastIndex(name, "/")+1:], procCPU(e.Name()))
+		out += fmt.Sprintf(", %s %.1f", name[strings.LastIndex(name, "/")+1:], procCPU(e.Name()))
 	}
 	return out
 }

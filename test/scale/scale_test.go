@@ -64,6 +64,7 @@ func BenchmarkScale(b *testing.B) {
 		b.ReportMetric(r.agentRate(true), "agent-req/node/min")
 		b.ReportMetric(float64(r.opHeap)/(1<<20), "MiB-operator")
 		b.ReportMetric(float64(r.agentHeap)/(1<<10), "KiB/agent")
+		b.ReportMetric(r.cpuSelf/float64(p.nodes)*1000, "test-CPU-ms/node")
 	}
 }
 
