@@ -196,7 +196,7 @@ func (o Options) withDefaults() (Options, error) {
 // newClients builds the agent's client of the API server and its informer cache of this
 // node's objects.
 func newClients(opts Options) (client.Client, cache.Cache, error) {
-	scheme := k8s.NewScheme()
+	scheme := k8s.Scheme()
 	cfg := rest.CopyConfig(opts.RESTConfig)
 	if cfg.Timeout == 0 {
 		// A request to an API server that went away must not hang a CNI call or the loop.

@@ -198,7 +198,7 @@ func podRecords(pods []corev1.Pod, now time.Time) []store.Record {
 // apiPodLister lists the node's pods from the API server itself (no cache: this runs
 // once, before anything else is started).
 func apiPodLister(cfg *rest.Config, node string) (podLister, error) {
-	c, err := client.New(cfg, client.Options{Scheme: k8s.NewScheme()})
+	c, err := client.New(cfg, client.Options{Scheme: k8s.Scheme()})
 	if err != nil {
 		return nil, fmt.Errorf("store rebuild: API client: %w", err)
 	}

@@ -60,7 +60,7 @@ func NewController(opts Options) (*Controller, error) {
 		return nil, fmt.Errorf("noderoutes: %w", err)
 	}
 	c, err := cache.New(rest.CopyConfig(opts.RESTConfig), cache.Options{
-		Scheme: allotk8s.NewScheme(),
+		Scheme: allotk8s.Scheme(),
 		Mapper: mapper,
 		ByObject: map[client.Object]cache.ByObject{
 			&corev1.Node{}:        {Transform: trimNode},

@@ -263,7 +263,7 @@ func runTerm(ctx context.Context, o *Options, m *metrics, log *slog.Logger) erro
 	grace := 10 * time.Second
 	mgr, err := ctrl.NewManager(o.RESTConfig, manager.Options{
 		GracefulShutdownTimeout:             &grace,
-		Scheme:                              allotk8s.NewScheme(),
+		Scheme:                              allotk8s.Scheme(),
 		Logger:                              logr.FromSlogHandler(log.Handler()),
 		LeaderElection:                      true,
 		LeaderElectionResourceLockInterface: fence,

@@ -199,7 +199,7 @@ func newWebhookServer(opts *Options, log *slog.Logger) (*webhookServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	c, err := client.New(opts.RESTConfig, client.Options{Scheme: allotk8s.NewScheme()})
+	c, err := client.New(opts.RESTConfig, client.Options{Scheme: allotk8s.Scheme()})
 	if err != nil {
 		return nil, fmt.Errorf("operator: webhook client: %w", err)
 	}
