@@ -67,7 +67,7 @@ func run(tb testing.TB, p params) *result {
 		tb.Fatal(err)
 	}
 	base, tlsCfg := agentTransport(tb, agentCfg)
-	f := &fleet{cfg: agCnt.Wrap(base), transports: transports(conns, tlsCfg), dir: tb.TempDir()}
+	f := &fleet{cfg: agCnt.Wrap(base), transports: transports(conns, tlsCfg), dir: storeDir(tb)}
 	defer f.stopAll()
 	stopProgress := make(chan struct{})
 	go progress(f, opCnt, agCnt, env.Dir, stopProgress)
@@ -101,6 +101,24 @@ func run(tb testing.TB, p params) *result {
 	r.agentRoutines = float64(g1-g2) / float64(p.nodes)
 	r.opHeap = heap2 - min(heap2, heap0)
 	return r
+}
+
+// storeDir is the directory of the nodes' stores: in memory (/dev/shm) where there is one,
+// else the test's temporary directory. Each node has a disk of its own, and its store
+// creates its files once; thousands of stores creating theirs on one disk at once queued on
+// its journal, and in a benchmark of 2,000 stores opened together a store's open took about
+// 1 ms of CPU on the machine's ext4 disk against 0.35 ms in memory (5 s of CPU at 5,000 nodes
+// that no node spends). The stores are written without fsync (store.Options.NoSync) either way.
+func storeDir(tb testing.TB) string {
+	if fi, err := os.Stat("/dev/shm"); err != nil || !fi.IsDir() {
+		return tb.TempDir()
+	}
+	dir, err := os.MkdirTemp("/dev/shm", "allot-scale-")
+	if err != nil {
+		return tb.TempDir()
+	}
+	tb.Cleanup(func() { _ = os.RemoveAll(dir) })
+	return dir
 }
 
 // agentTransport is cfg without its TLS settings, and their tls.Config, for the agents'
