@@ -13,6 +13,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/metrics"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -97,6 +98,7 @@ func run(tb testing.TB, p params) *result {
 	heap1, g1 := liveHeap()
 	f.stopAll()
 	heap2, g2 := liveHeap()
+	writeHeapProfile(tb)
 	r.agentHeap = (heap1 - min(heap1, heap2)) / uint64(p.nodes)
 	r.agentRoutines = float64(g1-g2) / float64(p.nodes)
 	r.opHeap = heap2 - min(heap2, heap0)
@@ -457,6 +459,24 @@ func openFiles(tb testing.TB, n int) (conns int) {
 		tb.Fatalf("%d nodes need at least %d open files (limit %d, hard %d); raise ulimit -n", n, 3*n+reserve+1, lim.Cur, lim.Max)
 	}
 	return conns
+}
+
+// writeHeapProfile writes the heap profile to $ALLOT_SCALE_HEAPPROFILE once the agents
+// stopped, while the operator still runs: its in-use space is the operator's heap (the
+// benchmark's -memprofile is written after the operator stopped too).
+func writeHeapProfile(tb testing.TB) {
+	path := os.Getenv("ALLOT_SCALE_HEAPPROFILE")
+	if path == "" {
+		return
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		tb.Fatalf("ALLOT_SCALE_HEAPPROFILE: %v", err)
+	}
+	defer f.Close()
+	if err := pprof.WriteHeapProfile(f); err != nil {
+		tb.Fatalf("ALLOT_SCALE_HEAPPROFILE: %v", err)
+	}
 }
 
 // servePprof serves net/http/pprof on $ALLOT_SCALE_PPROF (e.g. 127.0.0.1:6060), to profile
