@@ -2,10 +2,12 @@ package frame
 
 import (
 	"bytes"
+	"reflect"
 	"testing"
 	"time"
 
 	"github.com/allot-ipam/allot/core/api"
+	"github.com/allot-ipam/allot/core/api/apiv1"
 )
 
 // FuzzAppendAllocation: the hand-written encoder of an Allocation answer writes the same
@@ -54,6 +56,78 @@ func BenchmarkAppendAllocation(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			buf = appendVT(buf[:0], allocationPB(a))
+		}
+	})
+}
+
+// FuzzDecodeAllocationWire: the hand-written decoder of an Allocation answer either
+// declines (and the generated code decodes) or gives exactly what the generated code gives.
+func FuzzDecodeAllocationWire(f *testing.F) {
+	full := &api.Allocation{Owner: api.Owner{ContainerID: "c1", IfName: "eth0"}, Network: "podnet",
+		Pod:    api.PodRef{Namespace: "default", Name: "web-0", UID: "uid"},
+		IPs:    []api.IPConfig{{Address: "10.1.0.7/16", Gateway: "10.1.0.1", Pool: "v4"}, {Address: "fd00::7/64", Pool: "v6"}},
+		Routes: []api.Route{{Dst: "0.0.0.0/0"}, {Dst: "::/0", GW: "fd00::1"}}, Created: time.Unix(1767323045, 6)}
+	f.Add(appendAllocationWire(nil, full))
+	f.Add(appendAllocationWire(nil, &api.Allocation{}))
+	f.Add(appendAllocationWire(nil, &api.Allocation{Owner: api.Owner{ContainerID: "c\xff"}}))
+	f.Add(append(appendAllocationWire(nil, full), appendAllocationWire(nil, full)...)) // merged twice
+	f.Add([]byte{0x0a, 0x02, 0x0a, 0x80})
+	f.Add([]byte{0x38, 0x01}) // unknown field 7
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var got api.Allocation
+		if !decodeAllocationWire(b, &got) {
+			return
+		}
+		var m apiv1.Allocation
+		var tx text
+		var want api.Allocation
+		if err := unmarshal("allocation", b, &m); err != nil {
+			t.Fatalf("hand decoder accepted %x, generated: %v", b, err)
+		}
+		tx.allocation(&m, &want)
+		if err := checked("allocation", b, &m, &tx); err != nil {
+			t.Fatalf("hand decoder accepted %x, generated: %v", b, err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("%x:\nhand      %+v\ngenerated %+v", b, got, want)
+		}
+	})
+}
+
+// TestDecodeAllocationWireTakesAllotdAnswers: what allotd writes takes the fast path.
+func TestDecodeAllocationWireTakesAllotdAnswers(t *testing.T) {
+	a := &api.Allocation{Owner: api.Owner{ContainerID: "c1", IfName: "eth0"}, Network: "n",
+		IPs: []api.IPConfig{{Address: "10.0.0.1/8", Pool: "p"}}, Routes: []api.Route{{Dst: "0.0.0.0/0"}}, Created: time.Unix(5, 0)}
+	var got api.Allocation
+	if !decodeAllocationWire(appendAllocationWire(nil, a), &got) || !reflect.DeepEqual(&got, a) {
+		t.Fatalf("got %+v, want %+v", got, *a)
+	}
+}
+
+func BenchmarkDecodeAllocation(b *testing.B) {
+	a := &api.Allocation{Owner: api.Owner{ContainerID: "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef", IfName: "eth0"},
+		Network: "podnet", Pod: api.PodRef{Namespace: "default", Name: "web-0", UID: "7c1e6a2e-0d8c-4c55-9d7a-1f0e9b8a7c6d"},
+		IPs:    []api.IPConfig{{Address: "10.1.0.7/16", Gateway: "10.1.0.1", Pool: "v4"}},
+		Routes: []api.Route{{Dst: "0.0.0.0/0"}}, Created: time.Unix(1767323045, 6)}
+	wire := appendAllocationWire(nil, a)
+	var got api.Allocation
+	b.Run("hand", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if !decodeAllocationWire(wire, &got) {
+				b.Fatal("declined")
+			}
+		}
+	})
+	b.Run("generated", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var m apiv1.Allocation
+			var tx text
+			if err := unmarshal("allocation", wire, &m); err != nil {
+				b.Fatal(err)
+			}
+			tx.allocation(&m, &got)
 		}
 	})
 }

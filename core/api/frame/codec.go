@@ -170,6 +170,9 @@ func DecodeGCResponse(b []byte, r *api.GCResponse) error {
 
 // DecodeAllocation decodes an allocation.
 func DecodeAllocation(b []byte, a *api.Allocation) error {
+	if decodeAllocationWire(b, a) {
+		return nil
+	}
 	var m apiv1.Allocation
 	if err := unmarshal("allocation", b, &m); err != nil {
 		return err
