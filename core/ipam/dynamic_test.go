@@ -154,6 +154,12 @@ func TestDynamicHostAddressingOfLargerBlock(t *testing.T) {
 	if len(a.IPs) != 2 || a.IPs[1].Address != "2600:1f18::1/128" || a.IPs[1].Gateway != "fe80::1" {
 		t.Fatalf("allocation %+v", a.IPs)
 	}
+	// The pod's default route goes via the addressing's gateway (the interface plugin,
+	// ptp or bridge with isDefaultGateway false, adds no default route of its own); the
+	// IPv4 block has no gateway here, so no IPv4 default route.
+	if len(a.Routes) != 1 || a.Routes[0] != (api.Route{Dst: "::/0", GW: "fe80::1"}) {
+		t.Fatalf("routes %+v, want ::/0 via fe80::1", a.Routes)
+	}
 }
 
 func TestDynamicOverlapRefused(t *testing.T) {

@@ -103,7 +103,7 @@ func (m *Manager) blockAddressingLocked(k poolKey, c netip.Prefix) (reserve neti
 
 // routesLocked are the routes of an address of pool k with gateway gw: the pool's routes
 // (a route without gw via gw) and, unless they hold a default route, the default route via
-// gw when the blocks have gateways.
+// gw when the address has one.
 func (m *Manager) routesLocked(k poolKey, gw netip.Addr) []api.Route {
 	r := m.routing[k]
 	var out []api.Route
@@ -122,10 +122,11 @@ func (m *Manager) routesLocked(k poolKey, gw netip.Addr) []api.Route {
 		}
 		out = append(out, ar)
 	}
-	if !hasDefault && m.opts.Dynamic != nil && m.opts.Dynamic.BlockGateway && gw.IsValid() {
-		// A block's gateway is the node (the bridge), or the pool's router: the pod's
-		// default route goes there, so the plain bridge plugin (isDefaultGateway false)
-		// gives pods a working network with nothing else configured.
+	if !hasDefault && m.opts.Dynamic != nil && gw.IsValid() {
+		// A block's gateway is the node (the bridge), the pool's router, or the router its
+		// addressing names (ENI mode: the subnet's router, fe80::1 for an IPv6 /80): the
+		// pod's default route goes there, so the plain bridge or ptp plugin gives pods a
+		// working network with nothing else configured.
 		dst := "0.0.0.0/0"
 		if gw.Is6() {
 			dst = "::/0"

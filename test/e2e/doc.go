@@ -5,7 +5,7 @@
 //
 // Environment:
 //
-//	ALLOT_CNI_BIN_DIR  reference plugins (bridge, host-local); default $ALLOT_CACHE/cni-v1.9.1
+//	ALLOT_CNI_BIN_DIR  reference plugins (bridge, ptp, host-local); default $ALLOT_CACHE/cni-v1.9.1
 //	ALLOT_CNITOOL      cnitool binary; default $ALLOT_CACHE/cni-tools/cnitool
 //	ALLOT_CACHE        default $HOME/.cache/allot
 //	ALLOT_ALLOTD       a prebuilt allotd to use instead of building ./cmd/allotd

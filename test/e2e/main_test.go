@@ -91,7 +91,7 @@ func setup() error {
 	}
 	env.cniBinDir = envOr("ALLOT_CNI_BIN_DIR", filepath.Join(cache, "cni-"+CNIPluginsVersion))
 	env.cnitool = envOr("ALLOT_CNITOOL", filepath.Join(cache, "cni-tools", "cnitool"))
-	for _, p := range []string{filepath.Join(env.cniBinDir, "bridge"), filepath.Join(env.cniBinDir, "host-local"), env.cnitool} {
+	for _, p := range []string{filepath.Join(env.cniBinDir, "bridge"), filepath.Join(env.cniBinDir, "host-local"), filepath.Join(env.cniBinDir, "ptp"), env.cnitool} {
 		if _, err := os.Stat(p); err != nil && env.toolsSkip == "" {
 			env.toolsSkip = fmt.Sprintf("CNI tools missing (%s): run hack/install-cni-tools.sh or set ALLOT_CNI_BIN_DIR / ALLOT_CNITOOL", p)
 		}
@@ -109,6 +109,7 @@ func setup() error {
 		links := map[string]string{
 			"bridge":     filepath.Join(env.cniBinDir, "bridge"),
 			"host-local": filepath.Join(env.cniBinDir, "host-local"),
+			"ptp":        filepath.Join(env.cniBinDir, "ptp"),
 			"allot-cni":  env.allotCNI,
 		}
 		for name, target := range links {

@@ -1,0 +1,173 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"path/filepath"
+	"testing"
+	"time"
+
+	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/vishvananda/netns"
+
+	"github.com/allot-ipam/allot/core/api/server"
+	"github.com/allot-ipam/allot/core/ipam"
+	"github.com/allot-ipam/allot/core/store"
+	ciliumannotations "github.com/allot-ipam/allot/plugins/policy/ciliumannotations"
+	"github.com/allot-ipam/allot/sdk/policy"
+	"github.com/allot-ipam/allot/test/datapath/topo"
+)
+
+// linkLocalGW is how ENI mode presents an address of the node's IPv6 /80 (as the AWS VPC
+// CNI does): a /128 whose next hop is the link-local fe80::1.
+var linkLocalGW = netip.MustParseAddr("fe80::1")
+
+// startLinkLocalService serves the local API on a socket from an agent-mode manager whose
+// pool holds an IPv6 /80 presented as ENI mode presents it, and returns the socket.
+func startLinkLocalService(t *testing.T, prefix netip.Prefix) string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	dir := t.TempDir()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	st, err := store.Open(ctx, filepath.Join(dir, "allot.db"), store.Options{NoSync: true, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	pol, _ := ciliumannotations.New(ciliumannotations.Config{})
+	m, err := ipam.New(ctx, ipam.Options{Store: st, Logger: log, Policy: func(string) policy.PoolPolicy { return pol },
+		Dynamic: &ipam.DynamicOptions{Node: "node", Wait: 10 * time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.EnsurePool("default", policy.IPv6); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.AddCIDRWith("default", prefix, ipam.Addressing{Bits: 128, Gateway: linkLocalGW}); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(dir, "allotd.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := server.New(m, log)
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() {
+		sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer scancel()
+		_ = srv.Shutdown(sctx)
+	})
+	return sock
+}
+
+// TestIPv6LinkLocalGateway: an IPv6 pod set up through the real CNI chain, allot-cni with
+// the ptp plugin as the interface plugin, gets its /128 with a default route via fe80::1
+// (allot's answer holds the route: ptp adds none of its own) and reaches the node through it
+// (a TCP connection to an address of the node's, and back).
+func TestIPv6LinkLocalGateway(t *testing.T) {
+	needNetwork(t)
+	for _, tc := range []struct{ name, plugin string }{
+		{"ptp", `{"type":"ptp","ipMasq":false,"ipam":{"type":"allot-cni","socket":%q,"timeout":"20s"}}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			prefix := netip.MustParsePrefix("2600:1f18:0:1:a::/80")
+			sock := startLinkLocalService(t, prefix)
+			n := newNode(t)
+			n.writeConf(n.confDir, network, fmt.Sprintf(tc.plugin, sock))
+			nodeAddr := netip.MustParseAddr("fd00:a110:1::1")
+			runCmd(t, "ip", "-n", n.ns, "addr", "add", nodeAddr.String()+"/128", "dev", "lo")
+			pod := newNetns(t)
+			out := n.cnitool("", []string{"CNI_ARGS=" + k8sArgs}, "add", network, nsPath(pod))
+			if out.err != nil {
+				t.Fatalf("cnitool add: %v\n%s%s", out.err, out.stdout, out.stderr)
+			}
+			r, err := current.NewResult([]byte(out.stdout))
+			if err != nil {
+				t.Fatalf("cnitool printed %q: %v", out.stdout, err)
+			}
+			res := r.(*current.Result)
+			if len(res.IPs) != 1 || !prefix.Contains(netip.MustParseAddr(res.IPs[0].Address.IP.String())) || !res.IPs[0].Gateway.Equal(linkLocalGW.AsSlice()) {
+				t.Fatalf("result %s, want a /128 of %s via %s", out.stdout, prefix, linkLocalGW)
+			}
+			st := readNetns(t, pod, "eth0")
+			if gw := st.defaultGateway(6); gw == nil || !gw.Equal(linkLocalGW.AsSlice()) {
+				t.Fatalf("IPv6 default route via %v, want %s (routes %v)", gw, linkLocalGW, st.routes)
+			}
+			podAddr := netip.MustParseAddr(res.IPs[0].Address.IP.String())
+			eventuallyConnect(t, pod, n.ns, nodeAddr, podAddr)
+			if out := n.cnitool("", []string{"CNI_ARGS=" + k8sArgs}, "del", network, nsPath(pod)); out.err != nil {
+				t.Fatalf("cnitool del: %v\n%s%s", out.err, out.stdout, out.stderr)
+			}
+		})
+	}
+}
+
+// eventuallyConnect opens TCP connections from namespace from to to:port, where namespace at
+// listens, until one succeeds and the listener saw src as its source (neighbour discovery
+// and DAD may take a moment); it fails the test after a generous wait.
+func eventuallyConnect(t *testing.T, from, at string, to, src netip.Addr) {
+	t.Helper()
+	var last error
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		got, err := connectOnce(from, at, to)
+		if err == nil && got == src {
+			return
+		}
+		last = fmt.Errorf("source %s, %v", got, err)
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatalf("%s never reached %s in %s from %s: %v", from, to, at, src, last)
+}
+
+func connectOnce(from, at string, to netip.Addr) (netip.Addr, error) {
+	fromNS, err := netns.GetFromName(from)
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	defer fromNS.Close()
+	atNS, err := netns.GetFromName(at)
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	defer atNS.Close()
+	var ln net.Listener
+	if err := topo.In(atNS, func() (err error) {
+		ln, err = net.Listen("tcp", netip.AddrPortFrom(to, 0).String())
+		return err
+	}); err != nil {
+		return netip.Addr{}, err
+	}
+	defer ln.Close()
+	seen := make(chan netip.Addr, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			close(seen)
+			return
+		}
+		seen <- netip.MustParseAddrPort(c.RemoteAddr().String()).Addr()
+		_, _ = io.WriteString(c, "ok")
+		c.Close()
+	}()
+	err = topo.In(fromNS, func() error {
+		c, err := net.DialTimeout("tcp", ln.Addr().String(), 2*time.Second)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+		_, err = io.ReadAll(c)
+		return err
+	})
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	return <-seen, nil
+}
