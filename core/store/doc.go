@@ -158,8 +158,10 @@
 // (allot-cni, CNI runtimes) form a closed loop, and with N of them the batches
 // settle at N/2: those answered by one commit come back while the next one is
 // already running. So the committer expects the callers it just answered to
-// return and waits for them before committing, for at most half the last
-// commit's duration (Options.MaxGroupDelay caps it). A lone caller never
+// return and waits for them before committing, for at most twice the last
+// commit's duration (Options.MaxGroupDelay caps it; gatherCommits says why
+// twice: through the daemon the callers come back only once the CPU has
+// served them again). A lone caller never
 // waits, since it is the whole expected batch. BenchmarkGroupDelay measures
 // it: with 32 writers the batch grows from 16 to 31 and throughput with it.
 //

@@ -54,7 +54,7 @@ var (
 const (
 	DefaultMaxBatch = 1024
 	// DefaultMaxGroupDelay caps the wait for expected writers; in practice
-	// the wait is bounded by half the last commit's duration, well below it.
+	// the wait is bounded by twice the last commit's duration, below it.
 	DefaultMaxGroupDelay = time.Millisecond
 	DefaultLockTimeout   = 2 * time.Second
 )
