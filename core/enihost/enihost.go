@@ -4,7 +4,7 @@
 // leaves through another interface. So each secondary ENI gets its own routing table (a
 // default route via its subnet's router, out of that ENI), and each pod
 //
-//	a route in the main table:  <pod> dev <pod's host-side veth> scope link
+//	a route in the main table:  <pod> dev <pod's host-side veth, or its bridge> scope link
 //	512:  to <pod> lookup main          (traffic to the pod stays on the node's main table)
 //	1536: from <pod> lookup <eni table> (traffic from the pod leaves through its ENI)
 //
@@ -78,7 +78,8 @@ var IPv6Router = netip.MustParseAddr("fe80::1")
 type Pod struct {
 	Addr     netip.Addr
 	ENIIndex int
-	// HostLink is the ifindex of the pod's host-side veth; 0 when not found (yet): a route
+	// HostLink is the ifindex of the pod's host-side veth (or of the bridge it is a port
+	// of); 0 when not found (yet): a route
 	// set earlier for the address is then kept (an agent restart, a pod whose namespace is
 	// not visible), none is added.
 	HostLink int

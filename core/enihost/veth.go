@@ -42,7 +42,10 @@ type peerKey struct{ nsid, ifindex int }
 // HostVeths finds, for each address of want, the ifindex of the host-side veth whose peer
 // holds it: the host's veths name their peer by (namespace ID, ifindex), and each namespace
 // file of paths (pods' namespaces) has an ID in the host's namespace once a veth joins the
-// two. Addresses not found are absent from the result (the veth may not exist yet).
+// two. A veth that is a bridge's port (the bridge plugin) gives the bridge instead: the
+// node reaches the pod through the bridge, and a route out of the port itself would never
+// resolve the pod's neighbour entry (the pod's answers arrive on the bridge, not the port).
+// Addresses not found are absent from the result (the veth may not exist yet).
 // Namespaces that cannot be opened or read are skipped and reported together in the error;
 // what was found is returned all the same.
 func (h *Host) HostVeths(paths []string, want []netip.Addr) (map[netip.Addr]int, error) {
@@ -65,7 +68,11 @@ func (h *Host) HostVeths(paths []string, want []netip.Addr) (map[netip.Addr]int,
 		if l.Type() != "veth" || a.NetNsID < 0 || a.ParentIndex == 0 {
 			continue
 		}
-		peers[peerKey{a.NetNsID, a.ParentIndex}] = a.Index
+		via := a.Index
+		if a.MasterIndex != 0 {
+			via = a.MasterIndex
+		}
+		peers[peerKey{a.NetNsID, a.ParentIndex}] = via
 		nsids[a.NetNsID] = true
 	}
 	if len(peers) == 0 {

@@ -12,9 +12,11 @@ import (
 	"time"
 
 	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 
 	"github.com/allot-ipam/allot/core/api/server"
+	"github.com/allot-ipam/allot/core/enihost"
 	"github.com/allot-ipam/allot/core/ipam"
 	"github.com/allot-ipam/allot/core/store"
 	ciliumannotations "github.com/allot-ipam/allot/plugins/policy/ciliumannotations"
@@ -74,6 +76,10 @@ func TestIPv6LinkLocalGateway(t *testing.T) {
 	needNetwork(t)
 	for _, tc := range []struct{ name, plugin string }{
 		{"ptp", `{"type":"ptp","ipMasq":false,"ipam":{"type":"allot-cni","socket":%q,"timeout":"20s"}}`},
+		// The bridge plugin refuses fe80::1/128 beside the bridge's own link-local /64 unless
+		// forceAddress lets it replace that one; the node reaches the pod through the bridge
+		// by the route ENI host routing adds (the bridge holds no prefix of the pod's).
+		{"bridge", `{"type":"bridge","bridge":"allotbr0","isGateway":true,"forceAddress":true,"ipMasq":false,"ipam":{"type":"allot-cni","socket":%q,"timeout":"20s"}}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			prefix := netip.MustParsePrefix("2600:1f18:0:1:a::/80")
@@ -100,12 +106,50 @@ func TestIPv6LinkLocalGateway(t *testing.T) {
 				t.Fatalf("IPv6 default route via %v, want %s (routes %v)", gw, linkLocalGW, st.routes)
 			}
 			podAddr := netip.MustParseAddr(res.IPs[0].Address.IP.String())
+			if tc.name == "bridge" {
+				routePodThroughHost(t, n.ns, pod, podAddr)
+			}
 			eventuallyConnect(t, pod, n.ns, nodeAddr, podAddr)
 			if out := n.cnitool("", []string{"CNI_ARGS=" + k8sArgs}, "del", network, nsPath(pod)); out.err != nil {
 				t.Fatalf("cnitool del: %v\n%s%s", out.err, out.stdout, out.stderr)
 			}
 		})
 	}
+}
+
+// routePodThroughHost runs one pass of ENI host routing (core/enihost) in the node namespace
+// for the pod's address, as the agent does after an ADD: it finds the pod's host-side link
+// and routes the address to it.
+func routePodThroughHost(t *testing.T, nodeNS, pod string, addr netip.Addr) {
+	t.Helper()
+	ns, err := netns.GetFromName(nodeNS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	host := &enihost.Host{Handle: h}
+	ctl := &enihost.Controller{Host: host,
+		State: func(context.Context) ([]enihost.ENI, []enihost.Pod, error) {
+			return nil, []enihost.Pod{{Addr: addr}}, nil
+		},
+		NetnsFiles: func() ([]string, error) { return []string{nsPath(pod)}, nil }}
+	out, err := ctl.SyncOnce(context.Background())
+	if err != nil || out.Pending() || out.PodRoutesSet != 1 {
+		t.Fatalf("ENI host routing: %+v %v", out, err)
+	}
+	br, err := h.LinkByName("allotbr0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if routes, _ := host.PodRoutes(); routes[addr] != br.Attrs().Index {
+		t.Fatalf("pod routes %v, want %s through the bridge (ifindex %d)", routes, addr, br.Attrs().Index)
+	}
+	t.Cleanup(func() { _ = host.RemoveAll() })
 }
 
 // eventuallyConnect opens TCP connections from namespace from to to:port, where namespace at
