@@ -115,6 +115,8 @@ type Agent struct {
 	// nodeRead is closed once the node's blocks from its AllotNode are in the manager.
 	nodeRead     chan struct{}
 	nodeReadOnce sync.Once
+	// onDemand: the pod, namespace and Node informers, started with the first ADD (ondemand.go).
+	onDemand onDemand
 
 	mu sync.Mutex
 	// releasing are blocks removed from the local allocator that the node object may still
@@ -151,6 +153,7 @@ func New(opts Options) (*Agent, error) {
 		loop:      newLoop(opts.Debounce, opts.Resync),
 		reclaim:   make(chan struct{}, 1),
 		nodeRead:  make(chan struct{}),
+		onDemand:  onDemand{running: make(chan struct{})},
 		releasing: map[blockKey]bool{},
 		stale:     map[api.Owner]time.Time{},
 		reported:  map[string]bool{},
@@ -256,8 +259,12 @@ func (a *Agent) markNodeRead() { a.nodeReadOnce.Do(func() { close(a.nodeRead) })
 // Run starts the informers and the sync and reclaim loops, and returns when ctx ends.
 func (a *Agent) Run(ctx context.Context, m *ipam.Manager) error {
 	a.m.Store(m)
-	informers := []client.Object{&corev1.Pod{}, &v1alpha1.AllotNode{}, &corev1.Node{}, &corev1.Namespace{}, &v1alpha1.IPPool{}}
+	// The pod, namespace and Node informers start with the first ADD (ondemand.go).
+	informers := []client.Object{&v1alpha1.AllotNode{}, &v1alpha1.IPPool{}, &corev1.Node{}}
 	for _, obj := range informers {
+		if a.isOnDemand(obj) {
+			continue
+		}
 		inf, err := a.cache.GetInformer(ctx, obj)
 		if err != nil {
 			return fmt.Errorf("agent: informer for %T: %w", obj, err)
@@ -275,6 +282,8 @@ func (a *Agent) Run(ctx context.Context, m *ipam.Manager) error {
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- a.cache.Start(ctx) }()
+	a.onDemand.ctx = ctx
+	close(a.onDemand.running)
 	go a.serveLocalWhileUnreachable(ctx)
 	a.log.Info("agent starting; waiting for the informer caches", "node", a.opts.NodeName)
 	if !a.cache.WaitForCacheSync(ctx) {
@@ -365,10 +374,8 @@ func (a *Agent) loggedSync() func(context.Context) (time.Time, error) {
 // (ipam.Options.PodContext).
 func (a *Agent) PodContext(ctx context.Context, req *policy.PodRequest) error {
 	req.Node.Name = a.opts.NodeName
-	var node corev1.Node
-	if a.cachedGet(ctx, types.NamespacedName{Name: a.opts.NodeName}, &node) == nil {
-		req.Node.Labels = node.Labels
-	}
+	a.wantPodInformers()
+	req.Node.Labels = a.nodeLabels(ctx)
 	if req.Pod.Name == "" {
 		return nil // not a Kubernetes pod (cnitool, tests): the policy decides on the rest
 	}
@@ -440,15 +447,38 @@ func (a *Agent) decideOffline(key types.NamespacedName, cause error) error {
 	return nil
 }
 
-// CachedGet reads an object from the agent's informer cache (tests, diagnostics).
+// nodeLabels are the Node's labels from the informer cache, from the API server while the
+// Node informer has not synced (none if neither has them).
+func (a *Agent) nodeLabels(ctx context.Context) map[string]string {
+	var node corev1.Node
+	key := types.NamespacedName{Name: a.opts.NodeName}
+	err := a.cachedGet(ctx, key, &node)
+	if errors.Is(err, errOnDemandNotSynced) && !a.ServingLocal() {
+		err = a.liveGet(ctx, key, &node)
+	}
+	if err != nil {
+		return nil
+	}
+	return node.Labels
+}
+
+// CachedGet reads an object from the agent's informer cache (tests, diagnostics), starting
+// the on-demand informers as an ADD does.
 func (a *Agent) CachedGet(ctx context.Context, key types.NamespacedName, obj client.Object) error {
+	if a.isOnDemand(obj) {
+		a.wantPodInformers()
+	}
 	return a.cachedGet(ctx, key, obj)
 }
 
-// cachedGet reads from the informer cache, without waiting for a cache that has not synced.
+// cachedGet reads from the informer cache, without waiting for a cache that has not synced
+// (nor starting an on-demand informer).
 func (a *Agent) cachedGet(ctx context.Context, key types.NamespacedName, obj client.Object) error {
 	if !a.synced.Load() {
 		return errors.New("informer cache not synced yet")
+	}
+	if a.isOnDemand(obj) && !a.onDemandSynced() {
+		return errOnDemandNotSynced
 	}
 	return a.cache.Get(ctx, key, obj)
 }
@@ -740,13 +770,19 @@ func (a *Agent) createOwned(ctx context.Context, node *v1alpha1.AllotNode) error
 	var n corev1.Node
 	key := types.NamespacedName{Name: a.opts.NodeName}
 	// The Node informer's copy (the Node exists before the kubelet starts the agent); a live
-	// read only while that cache is not synced.
+	// read while that informer has not synced, or not started (it starts with the first ADD),
+	// within the client's timeout: an API server that a cluster's boot keeps busy may take
+	// seconds. An AllotNode created without its owner would outlive its Node, so a read
+	// that fails fails the create (the loop retries it).
 	err := a.cachedGet(ctx, key, &n)
 	if err != nil && !apierrors.IsNotFound(err) {
-		err = a.liveGet(ctx, key, &n)
+		err = a.live.Get(ctx, key, &n)
 	}
-	if err == nil {
+	switch {
+	case err == nil:
 		node.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: n.Name, UID: n.UID}}
+	case !apierrors.IsNotFound(err):
+		return fmt.Errorf("agent: read Node %s (the AllotNode's owner): %w", a.opts.NodeName, err)
 	}
 	err = a.live.Create(ctx, node)
 	a.metrics.writes.WithLabelValues("create", resultOf(err)).Inc()

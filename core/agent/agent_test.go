@@ -28,6 +28,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -185,6 +186,7 @@ type agentRig struct {
 	stop  context.CancelFunc
 	done  chan struct{}
 	grace time.Duration
+	cfg   *rest.Config // instead of env.Config, if set
 }
 
 func (r *agentRig) start() {
@@ -193,8 +195,12 @@ func (r *agentRig) start() {
 	if err != nil {
 		r.t.Fatal(err)
 	}
+	cfg := r.cfg
+	if cfg == nil {
+		cfg = r.env.Config
+	}
 	a, err := New(Options{
-		NodeName: r.node, RESTConfig: r.env.Config,
+		NodeName: r.node, RESTConfig: cfg,
 		PreAllocation: map[string]int{"default": 8},
 		Debounce:      20 * time.Millisecond, ReleaseDelay: 200 * time.Millisecond,
 		ReclaimGrace: r.grace, ReclaimInterval: 100 * time.Millisecond,
@@ -481,6 +487,11 @@ func TestAgentSurvivesAPIServerRestart(t *testing.T) {
 	for i := range 4 {
 		pods = append(pods, mkPod(t, c, "plain", fmt.Sprint("p", i), "node-a", nil))
 	}
+	// The node serves a pod before the outage: its first ADD starts the pod informers
+	// (ondemand.go), which then bring the others.
+	if _, err := r.m.Allocate(ctx, addReq(pods[3], "c3")); err != nil {
+		t.Fatal(err)
+	}
 	eventually(t, "pods in the agent's cache", 10*time.Second, func() (bool, string) {
 		var pl corev1.PodList
 		err := r.a.cache.List(ctx, &pl)
@@ -510,7 +521,7 @@ func TestAgentSurvivesAPIServerRestart(t *testing.T) {
 			return false, err.Error()
 		}
 		s := n.Status.IPAM.Pools
-		return len(s) == 1 && s[0].IPv4 != nil && s[0].IPv4.Used == 3, fmt.Sprintf("%+v", s)
+		return len(s) == 1 && s[0].IPv4 != nil && s[0].IPv4.Used == 4, fmt.Sprintf("%+v", s)
 	})
 	// And a new pod created after the restart is served.
 	p := mkPod(t, c, "plain", "late", "node-a", nil)
@@ -556,4 +567,74 @@ func TestAgentNodeRead(t *testing.T) {
 	if !slices.Equal(got, []string{"10.30.0.16/28", "10.30.0.32/28"}) {
 		t.Fatalf("blocks in the manager when NodeRead closed: %v", got)
 	}
+}
+
+// TestAgentPodInformersOnDemand: a node that has served no ADD watches only its AllotNode
+// and the IPPools; its first ADD starts the pod, namespace and Node informers, and a
+// restart with allocations in the store starts them for the reclaim (TestAgentOnAPIServer
+// reclaims that way).
+func TestAgentPodInformersOnDemand(t *testing.T) {
+	env := k8senv.Start(t)
+	c, err := env.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := c.Create(ctx, &allotv1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: "default"}, Spec: allotv1.IPPoolSpec{
+		IPv4: &allotv1.PoolFamily{CIDRs: []string{"10.40.0.0/24"}, MaskSize: 28}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "plain"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-d", Labels: map[string]string{"zone": "z1"}}}); err != nil {
+		t.Fatal(err)
+	}
+	go (&fakeOperator{c: c}).run(ctx)
+	cnt := &k8senv.Counter{}
+	r := &agentRig{t: t, env: env, c: c, node: "node-d", dir: t.TempDir(), grace: time.Minute, cfg: cnt.Wrap(env.Config)}
+	r.start()
+	defer func() { r.shutdown() }()
+	eventually(t, "a block", 20*time.Second, func() (bool, string) {
+		return len(usage(r.m, "default", policy.IPv4).CIDRs) > 0, "no block yet"
+	})
+	onDemand := []string{"WATCH pods", "WATCH namespaces", "WATCH nodes"}
+	for _, k := range onDemand {
+		if n := cnt.Snapshot()[k]; n != 0 {
+			t.Fatalf("%d %s before any ADD: %v", n, k, cnt.Snapshot())
+		}
+	}
+	// The AllotNode is still owned by the Node (read live, not from an informer).
+	n, _ := getNode(c, "node-d")
+	if len(n.OwnerReferences) != 1 || n.OwnerReferences[0].Name != "node-d" {
+		t.Fatalf("owner references %+v", n.OwnerReferences)
+	}
+
+	// The first ADD is served (from live reads while the informers sync) and starts them.
+	p := mkPod(t, c, "plain", "p1", "node-d", nil)
+	if _, err := r.m.Allocate(ctx, addReq(p, "c1")); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "pod informers started", 20*time.Second, func() (bool, string) {
+		s := cnt.Snapshot()
+		for _, k := range onDemand {
+			if s[k] == 0 {
+				return false, fmt.Sprint(s)
+			}
+		}
+		return r.a.onDemandSynced(), "not synced"
+	})
+	var node corev1.Node
+	if err := r.a.CachedGet(ctx, types.NamespacedName{Name: "node-d"}, &node); err != nil || node.Labels["zone"] != "z1" {
+		t.Fatalf("Node from the cache: %v %v", node.Labels, err)
+	}
+
+	// A restart with p1's allocation in the store starts them again at once, for the reclaim.
+	r.shutdown()
+	before := cnt.Snapshot()["WATCH pods"]
+	r.start()
+	eventually(t, "pod informers started after the restart", 20*time.Second, func() (bool, string) {
+		return cnt.Snapshot()["WATCH pods"] > before && r.a.onDemandSynced(), fmt.Sprint(cnt.Snapshot())
+	})
 }

@@ -18,8 +18,8 @@ import (
 // the allocations in its store with the pods of its node: an allocation whose pod (same
 // namespace, name and UID) is gone is freed. To never free the address of a live pod:
 //
-//   - it runs only after the informer cache has synced (a pod the cache has not seen yet
-//     is not "gone");
+//   - it runs only after the pod informer has synced (a pod the cache has not seen yet
+//     is not "gone"); an allocation with a pod starts that informer (ondemand.go);
 //   - the cache only holds this node's pods, which are the only pods this node's
 //     allocations can belong to;
 //   - an allocation is freed only after its pod has looked gone for ReclaimGrace, and the
@@ -77,7 +77,7 @@ func (a *Agent) reclaimOnce(ctx context.Context) time.Time {
 		return time.Time{}
 	}
 	allocs, err := m.Allocations(ctx)
-	if err != nil {
+	if err != nil || !a.podsKnown(allocs) {
 		return time.Time{}
 	}
 	now := a.opts.Now()
@@ -112,6 +112,22 @@ func (a *Agent) reclaimOnce(ctx context.Context) time.Time {
 	}
 	a.mu.Unlock()
 	return next
+}
+
+// podsKnown reports whether the pod informer can tell which pods of allocs are gone: it has
+// synced, or no allocation has a pod. An allocation with a pod starts it (ondemand.go), and
+// its sync calls the reclaim again.
+func (a *Agent) podsKnown(allocs []api.Allocation) bool {
+	if a.onDemandSynced() {
+		return true
+	}
+	for _, al := range allocs {
+		if al.Pod.Name != "" && al.Pod.UID != "" {
+			a.wantPodInformers()
+			return false
+		}
+	}
+	return true
 }
 
 // podGone tells whether the informer cache knows the pod of al no more (a pod of the same
