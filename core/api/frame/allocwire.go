@@ -184,3 +184,61 @@ func wireStrings(m string, dst ...*string) bool {
 	}
 	return true
 }
+
+// appendAllocateRequestWire appends r's apiv1.AllocateRequest encoding exactly as the
+// generated MarshalVT writes it (owner always, empty strings left out, the pod only when
+// set, every element of a list written), without building the message: the request of
+// every ADD. FuzzAllocateRequestWire holds the two to the same bytes.
+func appendAllocateRequestWire(b []byte, r *api.AllocateRequest) []byte {
+	b = appendSub(b, 1, ownerSize(r.Owner))
+	b = appendStr(appendStr(b, 1, r.Owner.ContainerID), 2, r.Owner.IfName)
+	b = appendStr(b, 2, r.Network)
+	if r.Pod != (api.PodRef{}) {
+		b = appendSub(b, 3, strSize(1, r.Pod.Namespace)+strSize(2, r.Pod.Name)+strSize(3, r.Pod.UID))
+		b = appendStr(appendStr(appendStr(b, 1, r.Pod.Namespace), 2, r.Pod.Name), 3, r.Pod.UID)
+	}
+	for i, list := range [...][]string{r.Pools, r.IPs, r.DefaultIPv4Pools, r.DefaultIPv6Pools} {
+		for _, s := range list {
+			b = protowire.AppendTag(b, protowire.Number(4+i), protowire.BytesType)
+			b = protowire.AppendString(b, s)
+		}
+	}
+	return b
+}
+
+// decodeAllocateRequestWire decodes an ADD as DecodeAllocateRequest does, for encodings
+// with each singular field at most once, no unknown fields and valid UTF-8 (what allot-cni
+// and the Go client write), every string a substring of one copy of b; it reports false
+// for anything else, which the generated code then decodes (decodeAllocationWire says why).
+func decodeAllocateRequestWire(b []byte, r *api.AllocateRequest) bool {
+	var out api.AllocateRequest
+	var seen [4]bool
+	lists := [...]*[]string{&out.Pools, &out.IPs, &out.DefaultIPv4Pools, &out.DefaultIPv6Pools}
+	for s := string(b); len(s) > 0; {
+		num, typ, n := protowire.ConsumeTag([]byte(s[:min(len(s), 5)]))
+		if n < 0 || num < 1 || num > 7 || (num < 4 && seen[num]) {
+			return false
+		}
+		v, rest, ok := wireBytes(s[n:], typ)
+		if !ok {
+			return false
+		}
+		s = rest
+		switch num {
+		case 1:
+			seen[1], ok = true, wireStrings(v, &out.Owner.ContainerID, &out.Owner.IfName)
+		case 2:
+			seen[2], ok, out.Network = true, utf8.ValidString(v), v
+		case 3:
+			seen[3], ok = true, wireStrings(v, &out.Pod.Namespace, &out.Pod.Name, &out.Pod.UID)
+		default:
+			ok = utf8.ValidString(v)
+			*lists[num-4] = append(*lists[num-4], v)
+		}
+		if !ok {
+			return false
+		}
+	}
+	*r = out
+	return true
+}

@@ -53,8 +53,7 @@ func checked(root string, b []byte, m vtMessage, t *text) error {
 
 // AppendAllocateRequest appends r's encoding.
 func AppendAllocateRequest(b []byte, r *api.AllocateRequest) []byte {
-	return appendVT(b, &apiv1.AllocateRequest{Owner: ownerPB(r.Owner), Network: r.Network, Pod: podPB(r.Pod),
-		Pools: r.Pools, Ips: r.IPs, DefaultIpv4Pools: r.DefaultIPv4Pools, DefaultIpv6Pools: r.DefaultIPv6Pools})
+	return appendAllocateRequestWire(b, r)
 }
 
 // AppendReleaseRequest appends r's encoding.
@@ -112,6 +111,9 @@ func AppendPlugins(b []byte, ps []api.PluginStatus) []byte {
 
 // DecodeAllocateRequest decodes an allocate request.
 func DecodeAllocateRequest(b []byte, r *api.AllocateRequest) error {
+	if decodeAllocateRequestWire(b, r) {
+		return nil
+	}
 	var m apiv1.AllocateRequest
 	if err := unmarshal("allocate", b, &m); err != nil {
 		return err
