@@ -194,6 +194,15 @@ func TestAgentStartsWithoutAPIServer(t *testing.T) {
 			}
 			return false, fmt.Sprintf("%+v", an.Status.IPAM.Pools)
 		})
+		// Cilium's pre-allocation: 4 in use + 8 kept ready, rounded up to a multiple of 8, is
+		// 16 IPv4 addresses, more than one /28 holds (13 usable): a second IPv4 block. The
+		// agent asks for it once it reconciled; waiting for it here keeps the next subtest
+		// from racing the operator (stopped there) for it, which left one block or two.
+		eventually(t, "the pre-allocation fulfilled: two IPv4 blocks", 30*time.Second, func() (bool, string) {
+			an := cl.allotNode("node-1")
+			v4 := slices.DeleteFunc(slices.Clone(agent.Blocks(an)["default"]), func(p netip.Prefix) bool { return !p.Addr().Is4() })
+			return len(v4) == 2, fmt.Sprintf("requested %+v, blocks %v", an.Spec.IPAM.Pools.Requested, agent.Blocks(an)["default"])
+		})
 		cl.checkInvariants(ctx)
 	})
 
@@ -202,10 +211,11 @@ func TestAgentStartsWithoutAPIServer(t *testing.T) {
 		// the node's IPv4 block is taken out of its AllotNode while pods hold addresses of it.
 		stopOp()
 		n.stop()
-		// Usually one IPv4 block; a second one when a sync counted a burst of ADDs as
-		// pending (Cilium's neededIPs rounds inUse + pending + preAlloc up to preAlloc).
-		// Every IPv4 block is taken, so "no other IPv4 block" below holds either way.
+		// Both IPv4 blocks are taken (the pre-allocation asked for the second one).
 		lost := takeBlockAway(t, cl, true)
+		if len(lost) != 2 {
+			t.Fatalf("IPv4 blocks taken away: %v, want the two of the pre-allocation", lost)
+		}
 		inLost := func(a netip.Addr) bool {
 			return slices.ContainsFunc(lost, func(b netip.Prefix) bool { return b.Contains(a) })
 		}
