@@ -17,11 +17,11 @@ import (
 
 	"github.com/allot-ipam/allot/core/api/server"
 	"github.com/allot-ipam/allot/core/enihost"
+	"github.com/allot-ipam/allot/core/enihost/enihosttest"
 	"github.com/allot-ipam/allot/core/ipam"
 	"github.com/allot-ipam/allot/core/store"
 	ciliumannotations "github.com/allot-ipam/allot/plugins/policy/ciliumannotations"
 	"github.com/allot-ipam/allot/sdk/policy"
-	"github.com/allot-ipam/allot/test/datapath/topo"
 )
 
 // linkLocalGW is how ENI mode presents an address of the node's IPv6 /80 (as the AWS VPC
@@ -181,37 +181,5 @@ func connectOnce(from, at string, to netip.Addr) (netip.Addr, error) {
 		return netip.Addr{}, err
 	}
 	defer atNS.Close()
-	var ln net.Listener
-	if err := topo.In(atNS, func() (err error) {
-		ln, err = net.Listen("tcp", netip.AddrPortFrom(to, 0).String())
-		return err
-	}); err != nil {
-		return netip.Addr{}, err
-	}
-	defer ln.Close()
-	seen := make(chan netip.Addr, 1)
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			close(seen)
-			return
-		}
-		seen <- netip.MustParseAddrPort(c.RemoteAddr().String()).Addr()
-		_, _ = io.WriteString(c, "ok")
-		c.Close()
-	}()
-	err = topo.In(fromNS, func() error {
-		c, err := net.DialTimeout("tcp", ln.Addr().String(), 2*time.Second)
-		if err != nil {
-			return err
-		}
-		defer c.Close()
-		_ = c.SetDeadline(time.Now().Add(2 * time.Second))
-		_, err = io.ReadAll(c)
-		return err
-	})
-	if err != nil {
-		return netip.Addr{}, err
-	}
-	return <-seen, nil
+	return enihosttest.Connect(fromNS, atNS, to)
 }

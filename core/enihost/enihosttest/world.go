@@ -264,6 +264,12 @@ func (w *World) NetnsFiles() ([]string, error) {
 // Connect opens a TCP connection from namespace from to to:port where namespace at listens,
 // and returns the source address the listener saw.
 func (w *World) Connect(from netns.NsHandle, at netns.NsHandle, to netip.Addr) (netip.Addr, error) {
+	return Connect(from, at, to)
+}
+
+// Connect opens a TCP connection from namespace from to to:port where namespace at listens,
+// and returns the source address the listener saw.
+func Connect(from netns.NsHandle, at netns.NsHandle, to netip.Addr) (netip.Addr, error) {
 	var ln net.Listener
 	if err := topo.In(at, func() (err error) {
 		ln, err = net.Listen("tcp", netip.AddrPortFrom(to, 0).String())
