@@ -20,6 +20,7 @@ import (
 	"github.com/allot-ipam/allot/core/enihost/enihosttest"
 	"github.com/allot-ipam/allot/core/ipam"
 	"github.com/allot-ipam/allot/core/store"
+	"github.com/allot-ipam/allot/internal/testenv"
 	ciliumannotations "github.com/allot-ipam/allot/plugins/policy/ciliumannotations"
 	"github.com/allot-ipam/allot/sdk/policy"
 )
@@ -154,20 +155,13 @@ func routePodThroughHost(t *testing.T, nodeNS, pod string, addr netip.Addr) {
 
 // eventuallyConnect opens TCP connections from namespace from to to:port, where namespace at
 // listens, until one succeeds and the listener saw src as its source (neighbour discovery
-// and DAD may take a moment); it fails the test after a generous wait.
+// may take a moment); it fails the test after a generous wait.
 func eventuallyConnect(t *testing.T, from, at string, to, src netip.Addr) {
 	t.Helper()
-	var last error
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
+	testenv.Eventually(t, 30*time.Second, fmt.Sprintf("%s to reach %s in %s from %s", from, to, at, src), func() (bool, string) {
 		got, err := connectOnce(from, at, to)
-		if err == nil && got == src {
-			return
-		}
-		last = fmt.Errorf("source %s, %v", got, err)
-		time.Sleep(200 * time.Millisecond)
-	}
-	t.Fatalf("%s never reached %s in %s from %s: %v", from, to, at, src, last)
+		return err == nil && got == src, fmt.Sprintf("source %s, %v", got, err)
+	})
 }
 
 func connectOnce(from, at string, to netip.Addr) (netip.Addr, error) {
