@@ -168,6 +168,14 @@ func (f *fleet) stopAll() {
 		<-s.done
 		_ = s.st.Close()
 	}
+	// The agents' connections and transports are theirs: held, they would count in the
+	// operator's heap, measured once the agents stopped.
+	for _, rt := range f.transports {
+		if t, ok := rt.(interface{ CloseIdleConnections() }); ok {
+			t.CloseIdleConnections()
+		}
+	}
+	f.transports = nil
 }
 
 // times are the agents' times to their blocks (0: not yet).

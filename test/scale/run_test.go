@@ -17,6 +17,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -45,10 +46,13 @@ type result struct {
 	watches       int64            // the API server's open WATCH requests in steady state
 	apiRSS        uint64           // the API server's resident memory
 	opHeap        uint64           // live heap of the operator (its caches and state) at the end
+	gRetained     uint64           // live heap the runtime keeps of the agents' exited goroutines
 	agentHeap     uint64           // live heap per agent
 	agentRoutines float64
 	cpu           string  // CPU seconds by process once every node held its blocks
 	cpuSelf       float64 // of this process (the operator and the agents) until then
+	gc            gcFigures
+	rssPeak       uint64 // this process's peak resident memory (VmHWM)
 }
 
 // run starts the API server, the operator and p.nodes agents, waits until every node holds
@@ -56,9 +60,10 @@ type result struct {
 func run(tb testing.TB, p params) *result {
 	conns := openFiles(tb, p.nodes)
 	servePprof(tb)
+	perG := goroutineRetained()
 	env := startEnv(tb)
 	r := &result{p: p}
-	heap0, _ := liveHeap()
+	heap0, g0 := liveHeap()
 	opCnt, agCnt := &k8senv.Counter{}, &k8senv.Counter{}
 	stopOp := startOperator(tb, opCnt.Wrap(operatorConfig(env.Config)))
 	defer stopOp()
@@ -75,7 +80,7 @@ func run(tb testing.TB, p params) *result {
 	f.startAll(p.nodes)
 	r.converge = waitBlocks(tb, f, p)
 	close(stopProgress)
-	r.cpu, r.cpuSelf = cpuSeconds(env.Dir), procCPU("self")
+	r.cpu, r.cpuSelf, r.gc = cpuSeconds(env.Dir), procCPU("self"), readGC()
 	r.p50, r.p99 = percentiles(f.times())
 	r.agentStart = agCnt.Snapshot()
 
@@ -97,11 +102,15 @@ func run(tb testing.TB, p params) *result {
 
 	heap1, g1 := liveHeap()
 	f.stopAll()
+	r.rssPeak = peakRSS()
 	heap2, g2 := liveHeap()
 	writeHeapProfile(tb)
 	r.agentHeap = (heap1 - min(heap1, heap2)) / uint64(p.nodes)
 	r.agentRoutines = float64(g1-g2) / float64(p.nodes)
-	r.opHeap = heap2 - min(heap2, heap0)
+	// The runtime keeps the descriptor of every goroutine it ever ran at once (for reuse,
+	// never freed): the agents' are no part of the operator's heap.
+	r.gRetained = uint64(perG * float64(max(0, g1-g0-retainCalibration)))
+	r.opHeap = heap2 - min(heap2, heap0+r.gRetained)
 	return r
 }
 
@@ -232,12 +241,56 @@ func settle(tb testing.TB, op, ag *k8senv.Counter) {
 	})
 }
 
+// retainCalibration is how many goroutines goroutineRetained runs.
+const retainCalibration = 10000
+
+// goroutineRetained is the live heap the runtime keeps per goroutine that ran and exited: its
+// descriptor (runtime.g), kept for reuse and never freed, so that the heap after thousands
+// of agents stopped still holds one per goroutine the process ran at once. Measured by
+// running retainCalibration goroutines together, before anything else runs many.
+func goroutineRetained() float64 {
+	h0, _ := liveHeap()
+	var wg sync.WaitGroup
+	release := make(chan struct{})
+	for range retainCalibration {
+		wg.Go(func() { <-release })
+	}
+	close(release)
+	wg.Wait()
+	h1, _ := liveHeap()
+	return float64(h1-min(h1, h0)) / retainCalibration
+}
+
 // liveHeap is the live heap after a full collection, and the number of goroutines.
 func liveHeap() (uint64, int) {
 	runtime.GC()
 	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
 	metrics.Read(s)
 	return s[0].Value.Uint64(), runtime.NumGoroutine()
+}
+
+// gcFigures are the Go runtime's collections of this process so far.
+type gcFigures struct {
+	cycles uint64
+	cpu    float64 // CPU seconds the collector used (its workers and the allocations' assists)
+}
+
+func readGC() gcFigures {
+	s := []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}, {Name: "/cpu/classes/gc/total:cpu-seconds"}}
+	metrics.Read(s)
+	return gcFigures{cycles: s[0].Value.Uint64(), cpu: s[1].Value.Float64()}
+}
+
+// peakRSS is this process's peak resident memory (VmHWM), 0 if unknown.
+func peakRSS() uint64 {
+	b, _ := os.ReadFile("/proc/self/status")
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) == 3 && f[0] == "VmHWM:" {
+			kb, _ := strconv.ParseUint(f[1], 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
 }
 
 func percentiles(ds []time.Duration) (p50, p99 time.Duration) {
@@ -330,11 +383,13 @@ func (r *result) print(w io.Writer) {
 	fmt.Fprintf(w, "  %-46s %.3f: %s\n", fmt.Sprintf("operator req/node/min, steady (%v)", r.p.window),
 		float64(sumOf(r.opSteady))/n/r.p.window.Minutes(), perMin(r.opSteady))
 	fmt.Fprintf(w, "  %-46s %d (%.1f per node)\n", "open watches at the API server", r.watches, float64(r.watches)/n)
-	fmt.Fprintf(w, "  %-46s %.1f MiB\n", "operator live heap", float64(r.opHeap)/(1<<20))
+	fmt.Fprintf(w, "  %-46s %.1f MiB (besides %.1f MiB the runtime keeps of the agents' exited goroutines)\n",
+		"operator live heap", float64(r.opHeap)/(1<<20), float64(r.gRetained)/(1<<20))
 	fmt.Fprintf(w, "  %-46s %.1f KiB, %.1f goroutines\n", "agent live heap, per node", float64(r.agentHeap)/(1<<10), r.agentRoutines)
 	fmt.Fprintf(w, "  %-46s %.0f MiB\n", "kube-apiserver resident memory", float64(r.apiRSS)/(1<<20))
 	fmt.Fprintf(w, "  %-46s %s\n", "CPU seconds until every node held its blocks", r.cpu)
-	fmt.Fprintf(w, "  %-46s %.1f ms\n", "test process CPU per node until then", r.cpuSelf/n*1000)
+	fmt.Fprintf(w, "  %-46s %.1f ms (GC %.1f s of it, %d cycles; peak resident %.0f MiB)\n", "test process CPU per node until then",
+		r.cpuSelf/n*1000, r.gc.cpu, r.gc.cycles, float64(r.rssPeak)/(1<<20))
 	fmt.Fprintf(w, "  %-46s agents %s; operator %s\n", "failed requests per node, start to end", perNode(r.agentFailed, n), perNode(r.opFailed, n))
 	fmt.Fprintf(w, "  %-46s %d; operator Events by reason: %s\n", "blocks held by two nodes at the end", len(r.shared), fmt.Sprint(r.events))
 }
