@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	_ "net/http/pprof" // servePprof
@@ -377,8 +378,12 @@ func (r *result) print(w io.Writer) {
 	fmt.Fprintf(w, "\nscale: %d nodes (real agents as goroutines), operator in-process, one kube-apiserver\n", r.p.nodes)
 	gogc := []metrics.Sample{{Name: "/gc/gogc:percent"}, {Name: "/gc/gomemlimit:bytes"}}
 	metrics.Read(gogc)
-	fmt.Fprintf(w, "  %-46s GOGC=%d, memory limit %d MiB (BenchmarkScale: as an agent's own process)\n", "collector of the test process",
-		gogc[0].Value.Uint64(), gogc[1].Value.Uint64()>>20)
+	limit := "none"
+	if l := gogc[1].Value.Uint64(); l < math.MaxInt64 {
+		limit = fmt.Sprintf("%d MiB", l>>20)
+	}
+	fmt.Fprintf(w, "  %-46s GOGC=%d, memory limit %s (BenchmarkScale: as an agent's own process)\n", "collector of the test process",
+		gogc[0].Value.Uint64(), limit)
 	fmt.Fprintf(w, "  %-46s %v (p50 %v, p99 %v); goal <= %v: %s\n", "every node holds its blocks in", r.converge.Round(10*time.Millisecond),
 		r.p50.Round(10*time.Millisecond), r.p99.Round(10*time.Millisecond), Goal, verdict)
 	fmt.Fprintf(w, "  %-46s %.2f per node: %s\n", "agent requests during the start", float64(sumOf(r.agentStart))/n, perNode(r.agentStart, n))
