@@ -12,7 +12,8 @@
 // already leaves through it. An IPv6 prefix delegated to an ENI (the node's /80, as the AWS
 // VPC CNI's IPv6 prefix delegation gives it) gets the two rules for the whole prefix
 // instead of one pair per pod, and the ENI's table a default route via the VPC router's
-// link-local address (IPv6Router) out of that ENI. Tables are numbered device index + TableBase; rules and table
+// link-local address out of that ENI (learnt from the kernel's router discovery on that
+// link, IPv6Router until known). Tables are numbered device index + TableBase; rules and table
 // routes carry allot's protocol number (Protocol), pod routes their own (PodRouteProtocol),
 // so a restarted agent finds its own and removes the stale ones without touching anything
 // else, node routes included.
@@ -69,9 +70,10 @@ type ENI struct {
 	IPv6Prefixes []netip.Prefix
 }
 
-// IPv6Router is the next hop of an ENI table's IPv6 default route: the VPC router answers
-// at the link-local fe80::1 on every ENI (the pods' own next hop in the AWS VPC CNI's IPv6
-// mode is the same address), so no subnet is needed to find it.
+// IPv6Router is the next hop of an ENI table's IPv6 default route until the kernel has
+// learnt the VPC router's link-local address on that ENI from a router advertisement
+// (ipv6Router): the AWS VPC CNI assumes fe80::1 (its pods' own next hop in IPv6 mode is the
+// same address), but the router's address on a link is whatever it advertises.
 var IPv6Router = netip.MustParseAddr("fe80::1")
 
 // Pod is one pod address, the ENI device index that holds it and the pod's host-side veth.
@@ -448,9 +450,14 @@ func (h *Host) RemoveAll() error {
 }
 
 // tableRoutes sets ENI e's table: the subnet's router on-link through e and the default
-// route via it, and with an IPv6 prefix the IPv6 default route via IPv6Router through e.
+// route via it, and with an IPv6 prefix the IPv6 default route via the VPC router's
+// link-local address on e (ipv6Router) through e.
 func (h *Host) tableRoutes(e ENI, l netlink.Link) error {
-	routes, err := tableRoutes(e, l.Attrs().Index)
+	var router6 netip.Addr
+	if len(e.IPv6Prefixes) > 0 {
+		router6 = h.ipv6Router(l.Attrs().Index)
+	}
+	routes, err := tableRoutes(e, l.Attrs().Index, router6)
 	if err != nil {
 		return err
 	}
@@ -466,9 +473,10 @@ func (h *Host) tableRoutes(e ENI, l netlink.Link) error {
 	return nil
 }
 
-// tableRoutes are the routes of ENI e's table, out of link. An ENI with an IPv6 prefix and
-// no (valid) subnet still gets its IPv6 route: the subnet is only needed for the router.
-func tableRoutes(e ENI, link int) ([]*netlink.Route, error) {
+// tableRoutes are the routes of ENI e's table, out of link; router6 is the IPv6 next hop.
+// An ENI with an IPv6 prefix and no (valid) subnet still gets its IPv6 route: the subnet is
+// only needed for the IPv4 router.
+func tableRoutes(e ENI, link int, router6 netip.Addr) ([]*netlink.Route, error) {
 	table := TableBase + e.Index
 	var routes []*netlink.Route
 	hasRouter := e.Subnet.IsValid() && e.Subnet.Addr().BitLen()-e.Subnet.Bits() >= 2
@@ -481,7 +489,7 @@ func tableRoutes(e ENI, link int) ([]*netlink.Route, error) {
 	}
 	if len(e.IPv6Prefixes) > 0 && !(hasRouter && e.Subnet.Addr().Is6()) {
 		routes = append(routes, &netlink.Route{LinkIndex: link, Dst: &net.IPNet{IP: net.IPv6zero, Mask: net.CIDRMask(0, 128)},
-			Gw: IPv6Router.AsSlice(), Table: table, Protocol: Protocol})
+			Gw: router6.AsSlice(), Table: table, Protocol: Protocol})
 	}
 	if len(routes) == 0 {
 		return nil, fmt.Errorf("enihost: ENI device %d: subnet %s has no router address", e.Index, e.Subnet)

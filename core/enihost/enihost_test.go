@@ -11,6 +11,7 @@ import (
 	"github.com/allot-ipam/allot/test/datapath/topo"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 )
 
 // newNS makes a network namespace for the test and removes it at the end.
@@ -251,4 +252,62 @@ func TestSyncRoutesIPv6PrefixThroughItsENI(t *testing.T) {
 	if routes, _ := host.PodRoutes(); len(routes) != 0 {
 		t.Fatalf("pod routes left: %v", routes)
 	}
+}
+
+// TestIPv6RouterLearntPerENI: the IPv6 default route of a secondary ENI's table goes via
+// the router the kernel learnt on that ENI's link: an RA-installed default route's next hop
+// first, else a neighbour flagged as a router, else fe80::1; a change shows at the next sync.
+func TestIPv6RouterLearntPerENI(t *testing.T) {
+	ns := newNS(t)
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	mac, _ := net.ParseMAC("02:00:00:00:02:01")
+	must(h.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "eth1", HardwareAddr: mac}, PeerName: "eth1p"}))
+	var eth1 int
+	for _, n := range []string{"eth1", "eth1p"} {
+		l, err := h.LinkByName(n)
+		must(err)
+		must(h.LinkSetUp(l))
+		if n == "eth1" {
+			eth1 = l.Attrs().Index
+		}
+	}
+	enis := []ENI{{Index: 1, MAC: mac.String(), IPv6Prefixes: []netip.Prefix{netip.MustParsePrefix("2600:1f18:0:1:a::/80")}}}
+	host := &Host{Handle: h}
+	wantVia := func(want string) {
+		t.Helper()
+		if res, err := host.Sync(enis, nil); err != nil || len(res.Errors) != 0 {
+			t.Fatalf("sync: %+v %v", res, err)
+		}
+		rs, err := h.RouteListFiltered(netlink.FAMILY_V6, &netlink.Route{Table: TableBase + 1}, netlink.RT_FILTER_TABLE)
+		must(err)
+		if len(rs) != 1 || !rs[0].Gw.Equal(net.ParseIP(want)) || rs[0].LinkIndex != eth1 {
+			t.Fatalf("table %d: %v, want one default route via %s dev eth1", TableBase+1, rs, want)
+		}
+	}
+	wantVia("fe80::1")
+
+	// A router advertisement on eth1, as the kernel records it: default via the router's
+	// link-local address, proto ra. One on another link does not count.
+	ra := &netlink.Route{LinkIndex: eth1, Dst: ipnet("::/0"), Gw: net.ParseIP("fe80::a1"), Protocol: unix.RTPROT_RA, Priority: 1024}
+	must(h.RouteAdd(ra))
+	wantVia("fe80::a1")
+	must(h.RouteDel(ra))
+
+	// No RA route, but a neighbour the kernel marked as a router.
+	nb := &netlink.Neigh{LinkIndex: eth1, Family: netlink.FAMILY_V6, IP: net.ParseIP("fe80::b2"),
+		HardwareAddr: mac, State: netlink.NUD_REACHABLE, Flags: netlink.NTF_ROUTER}
+	must(h.NeighAdd(nb))
+	wantVia("fe80::b2")
+	must(h.NeighDel(nb))
+	wantVia("fe80::1")
 }

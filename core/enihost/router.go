@@ -1,0 +1,108 @@
+package enihost
+
+import (
+	"cmp"
+	"net"
+	"net/netip"
+	"slices"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// ipv6Router is the VPC router's link-local address on an ENI's link, as the kernel learned
+// it (RFC 4861 router discovery): the next hop of an IPv6 default route the kernel installed
+// from a router advertisement on that link (main table, proto ra), else a reachable
+// neighbour of that link flagged as a router; IPv6Router when neither is known yet. The
+// Controller's periodic resync picks up an advertisement that arrives, or changes, later.
+func (h *Host) ipv6Router(link int) netip.Addr {
+	if a, ok := h.raRouter(link); ok {
+		return a
+	}
+	if a, ok := h.neighRouter(link); ok {
+		return a
+	}
+	return IPv6Router
+}
+
+// raRouter is the next hop on link of the main table's RA-learnt IPv6 default routes, the
+// preferred one (lowest metric, then lowest address) when there are several routers.
+func (h *Host) raRouter(link int) (netip.Addr, bool) {
+	rs, err := h.nl().RouteListFiltered(netlink.FAMILY_V6,
+		&netlink.Route{Table: unix.RT_TABLE_MAIN, Protocol: unix.RTPROT_RA},
+		netlink.RT_FILTER_TABLE|netlink.RT_FILTER_PROTOCOL)
+	if err != nil {
+		h.logDebug("list RA routes", err)
+		return netip.Addr{}, false
+	}
+	type cand struct {
+		metric int
+		gw     netip.Addr
+	}
+	var cs []cand
+	for _, r := range rs {
+		if r.Dst != nil && !isDefault(r.Dst) {
+			continue
+		}
+		if r.LinkIndex == link {
+			if gw, ok := linkLocal(r.Gw); ok {
+				cs = append(cs, cand{r.Priority, gw})
+			}
+		}
+		// The kernel may merge the routes of several routers into one multipath route.
+		for _, nh := range r.MultiPath {
+			if gw, ok := linkLocal(nh.Gw); ok && nh.LinkIndex == link {
+				cs = append(cs, cand{r.Priority, gw})
+			}
+		}
+	}
+	if len(cs) == 0 {
+		return netip.Addr{}, false
+	}
+	c := slices.MinFunc(cs, func(a, b cand) int {
+		return cmp.Or(cmp.Compare(a.metric, b.metric), a.gw.Compare(b.gw))
+	})
+	return c.gw, true
+}
+
+// neighRouter is the lowest link-local neighbour of link the kernel marked as a router (it
+// sent a router advertisement, or a neighbour advertisement with the router flag) and has
+// not found unreachable.
+func (h *Host) neighRouter(link int) (netip.Addr, bool) {
+	ns, err := h.nl().NeighList(link, netlink.FAMILY_V6)
+	if err != nil {
+		h.logDebug("list neighbours", err)
+		return netip.Addr{}, false
+	}
+	var best netip.Addr
+	for _, n := range ns {
+		if n.Flags&netlink.NTF_ROUTER == 0 || n.State&(netlink.NUD_FAILED|netlink.NUD_INCOMPLETE) != 0 {
+			continue
+		}
+		if gw, ok := linkLocal(n.IP); ok && (!best.IsValid() || gw.Less(best)) {
+			best = gw
+		}
+	}
+	return best, best.IsValid()
+}
+
+func isDefault(n *net.IPNet) bool {
+	ones, _ := n.Mask.Size()
+	return ones == 0
+}
+
+// linkLocal converts ip, accepting only an IPv6 link-local unicast address (a router's
+// address on its link; an RA-learnt route never has another).
+func linkLocal(ip net.IP) (netip.Addr, bool) {
+	a, ok := netip.AddrFromSlice(ip)
+	if !ok || !a.Is6() || a.Is4In6() || !a.IsLinkLocalUnicast() {
+		return netip.Addr{}, false
+	}
+	return a, true
+}
+
+func (h *Host) logDebug(what string, err error) {
+	if h.Log != nil {
+		h.Log.Debug("enihost: IPv6 router discovery: "+what+"; using the default", "err", err, "router", IPv6Router)
+	}
+}
