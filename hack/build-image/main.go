@@ -9,7 +9,7 @@
 //     kernel through the iptables command, as kube-proxy, the AWS VPC CNI and Cilium's
 //     iptables mode do, and the binaries must match what the node's kubelet uses; a
 //     pure-Go netfilter path would be a second implementation of rules iptables users read.
-//  2. the CNI reference plugins the chart installs beside allot-cni (bridge, loopback,
+//  2. the CNI reference plugins the chart installs beside allot-cni (bridge, ptp, loopback,
 //     portmap, host-local) in /opt/allot/cni/bin, built from the Go module proxy at a
 //     pinned version.
 //  3. allotd and allotctl in /usr/local/bin, allot-cni in /opt/allot/cni/bin.
@@ -55,8 +55,11 @@ var iptablesCommands = []string{
 	"iptables", "iptables-save", "iptables-restore", "ip6tables", "ip6tables-save", "ip6tables-restore",
 }
 
-// cniPlugins are the reference plugins shipped for the chart's default network configuration.
-var cniPlugins = []string{"main/bridge", "main/loopback", "meta/portmap", "ipam/host-local"}
+// cniPlugins are the reference plugins shipped for the chart's default network
+// configurations: bridge (multi-pool, cluster-CIDR and shared-pool modes), ptp (ENI mode: a
+// veth per pod with a host route, the AWS VPC CNI's plumbing; a bridge holding the subnet's
+// router would shadow the VPC's), loopback and portmap.
+var cniPlugins = []string{"main/bridge", "main/ptp", "main/loopback", "meta/portmap", "ipam/host-local"}
 
 func main() {
 	var o options

@@ -625,6 +625,11 @@ func checkAgent(t *testing.T, docs []doc, v values) {
 	if !usesAllot {
 		t.Errorf("cni.conflist has no plugin with ipam allot-cni")
 	}
+	// ENI mode: ptp, as the AWS VPC CNI plumbs pods (a veth and a host route per pod); a
+	// bridge would hold the ENI subnet's router address with the subnet's prefix.
+	if v.Mode == "eni" && len(conflist.Plugins) > 0 && conflist.Plugins[0]["type"] != "ptp" {
+		t.Errorf("ENI mode: the conflist's interface plugin is %v, want ptp", conflist.Plugins[0]["type"])
+	}
 	if nets := strs(cfg, "cluster", "sharedPools", "networks"); v.Mode == "sharedpool" && !slices.Contains(nets, conflist.Name) && len(v.SharedPools.Networks) == 0 {
 		t.Errorf("sharedpool mode: the conflist's network %q is not served from shared pools (%v)", conflist.Name, nets)
 	}

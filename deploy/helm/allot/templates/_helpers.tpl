@@ -74,16 +74,52 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- toJson (default (list) $nets) -}}
 {{- end -}}
 
-{{/* The conflist as a map (it may be given as a JSON string). */}}
+{{/* The conflist as a map (it may be given as a JSON string; empty: the mode's default). */}}
 {{- define "allot.conflistMap" -}}
 {{- $c := .Values.cni.conflist -}}
 {{- if kindIs "string" $c -}}
-{{- $c = fromJson $c -}}
+{{- $c = fromJson (default "{}" $c) -}}
 {{- if hasKey $c "Error" -}}
 {{- fail (printf "cni.conflist: not JSON: %s" $c.Error) -}}
 {{- end -}}
 {{- end -}}
+{{- if not $c -}}
+{{- $c = include "allot.defaultConflist" . | fromYaml -}}
+{{- end -}}
 {{- toJson $c -}}
+{{- end -}}
+
+{{/*
+The default conflist. Masquerading is the agent's datapath (datapath.type), not the
+plugins'. Multi-pool, cluster-CIDR, shared pools: a bridge that is the pods' gateway (allot
+returns the routes, so isDefaultGateway is false), hairpin mode for a pod reaching itself
+through a Service. ENI mode: ptp, a veth per pod whose host side holds the pod's gateway as
+a /32 (/128) with a host route to the pod, the AWS VPC CNI's plumbing; the agent's ENI host
+routing (eni.config.hostRouting) adds the per-ENI tables and rules. Not hostRoutes: ptp
+needs a gateway per address.
+*/}}
+{{- define "allot.defaultConflist" -}}
+cniVersion: "1.0.0"
+name: allot
+plugins:
+{{- if eq .Values.mode "eni" }}
+  - type: ptp
+    ipMasq: false
+    ipam:
+      type: allot-cni
+{{- else }}
+  - type: bridge
+    bridge: allot0
+    isGateway: true
+    isDefaultGateway: false
+    hairpinMode: true
+    ipMasq: false
+    ipam:
+      type: allot-cni
+{{- end }}
+  - type: portmap
+    capabilities:
+      portMappings: true
 {{- end -}}
 
 {{- define "allot.conflistName" -}}
