@@ -13,6 +13,24 @@
 // per minute in steady state (counted on the clients, by verb and resource: watches only,
 // nothing polls), and the memory of the operator and of one agent (live heap).
 //
+// The operator's heap is what stays live once the agents stopped and their connections
+// closed, less what the Go runtime keeps of every goroutine the process ran at once (a
+// descriptor each, never freed; measured at the start); an agent's is the heap its stop
+// freed, its connection included.
+//
+// One process of N agents is not N processes: its collector runs once the shared heap grew
+// by its live heap and stacks (GOGC=100), about 0.8 MiB per agent, where an agent's own
+// process collects only past Go's minimum heap goal of 4 MiB, every ~3.2 MiB it allocates.
+// BenchmarkScale sets GOGC=400 (and a memory limit of 7 GiB) to collect as often per byte
+// as the agents' own processes would; the figures print the setting, the collections and
+// the peak resident memory. GOGC or GOMEMLIMIT in the environment override it.
+//
+// Knobs: ALLOT_SCALE_NODES (nodes), ALLOT_SCALE_WINDOW (steady-state window),
+// ALLOT_SCALE_PPROF (serve net/http/pprof there during the run), ALLOT_SCALE_HEAPPROFILE
+// (write the heap profile once the agents stopped: the operator's heap); the benchmark's
+// -cpuprofile covers the whole run. Compare runs by the test process's CPU per node (and
+// the kube-apiserver's), not by time, on a shared machine.
+//
 // TestScale (200 nodes) keeps the path working under make test; BenchmarkScale (5,000
 // nodes, `make bench-scale`) is the figure, with the goal of 60 s.
 package scale
