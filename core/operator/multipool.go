@@ -657,8 +657,11 @@ func (r *ippoolReconciler) reconcile(ctx context.Context, req reconcile.Request)
 		return reconcile.Result{RequeueAfter: conflictRetry}, nil
 	}
 	snap := r.snapshot(pool.Name, pool.DeletionTimestamp != nil)
+	// The cache's own objects, not copies: decidePool only reads them, and a pool's
+	// reconcile (about once per StatusDelay while nodes take blocks) copied every AllotNode
+	// of the cluster each time.
 	var nodes allotv1.AllotNodeList
-	if err := r.client.List(ctx, &nodes); err != nil {
+	if err := r.client.List(ctx, &nodes, client.UnsafeDisableDeepCopy); err != nil {
 		return reconcile.Result{}, err
 	}
 	d := decidePool(&pool, e, snap, nodes.Items)
