@@ -29,9 +29,18 @@ import (
 // CNI does): a /128 whose next hop is the link-local fe80::1.
 var linkLocalGW = netip.MustParseAddr("fe80::1")
 
+// eniPodV4 is an IPv4 address of a secondary ENI's subnet, served as ENI mode serves it: a
+// single-address block presented with the subnet's prefix and its router as gateway.
+var (
+	eniSubnet4 = netip.MustParsePrefix("10.1.1.0/24")
+	eniRouter4 = netip.MustParseAddr("10.1.1.1")
+	eniPodV4   = netip.MustParseAddr("10.1.1.5")
+)
+
 // startLinkLocalService serves the local API on a socket from an agent-mode manager whose
-// pool holds an IPv6 /80 presented as ENI mode presents it, and returns the socket.
-func startLinkLocalService(t *testing.T, prefix netip.Prefix) string {
+// pool holds an IPv6 /80 presented as ENI mode presents it (and with v4, eniPodV4 too), and
+// returns the socket.
+func startLinkLocalService(t *testing.T, prefix netip.Prefix, v4 bool) string {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -54,6 +63,14 @@ func startLinkLocalService(t *testing.T, prefix netip.Prefix) string {
 	if err := m.AddCIDRWith("default", prefix, ipam.Addressing{Bits: 128, Gateway: linkLocalGW}); err != nil {
 		t.Fatal(err)
 	}
+	if v4 {
+		if err := m.EnsurePool("default", policy.IPv4); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.AddCIDRWith("default", netip.PrefixFrom(eniPodV4, 32), ipam.Addressing{Bits: eniSubnet4.Bits(), Gateway: eniRouter4}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	sock := filepath.Join(dir, "allotd.sock")
 	ln, err := net.Listen("unix", sock)
 	if err != nil {
@@ -72,11 +89,14 @@ func startLinkLocalService(t *testing.T, prefix netip.Prefix) string {
 // TestIPv6LinkLocalGateway: an IPv6 pod set up through the real CNI chain, allot-cni with
 // the ptp plugin as the interface plugin, gets its /128 with a default route via fe80::1
 // (allot's answer holds the route: ptp adds none of its own) and reaches the node through it
-// (a TCP connection to an address of the node's, and back).
+// (a TCP connection to an address of the node's, and back). With ptp, the chart's plumbing
+// in ENI mode, the pod is dual stack: its IPv4 address of an ENI subnet comes with the
+// subnet's prefix and router, which ptp holds as a /32 on the pod's host-side veth only (the
+// node gets no route to the subnet through the pod), and it reaches the node over IPv4 too.
 func TestIPv6LinkLocalGateway(t *testing.T) {
 	needNetwork(t)
 	for _, tc := range []struct{ name, plugin string }{
-		{"ptp", `{"type":"ptp","ipMasq":false,"ipam":{"type":"allot-cni","socket":%q,"timeout":"20s"}}`},
+		{"ptp-dual-stack", `{"type":"ptp","ipMasq":false,"ipam":{"type":"allot-cni","socket":%q,"timeout":"20s"}}`},
 		// The bridge plugin refuses fe80::1/128 beside the bridge's own link-local /64 unless
 		// forceAddress lets it replace that one; the node reaches the pod through the bridge
 		// by the route ENI host routing adds (the bridge holds no prefix of the pod's).
@@ -84,7 +104,8 @@ func TestIPv6LinkLocalGateway(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			prefix := netip.MustParsePrefix("2600:1f18:0:1:a::/80")
-			sock := startLinkLocalService(t, prefix)
+			dual := tc.name == "ptp-dual-stack"
+			sock := startLinkLocalService(t, prefix, dual)
 			n := newNode(t)
 			n.writeConf(n.confDir, network, fmt.Sprintf(tc.plugin, sock))
 			nodeAddr := netip.MustParseAddr("fd00:a110:1::1")
@@ -99,23 +120,75 @@ func TestIPv6LinkLocalGateway(t *testing.T) {
 				t.Fatalf("cnitool printed %q: %v", out.stdout, err)
 			}
 			res := r.(*current.Result)
-			if len(res.IPs) != 1 || !prefix.Contains(netip.MustParseAddr(res.IPs[0].Address.IP.String())) || !res.IPs[0].Gateway.Equal(linkLocalGW.AsSlice()) {
-				t.Fatalf("result %s, want a /128 of %s via %s", out.stdout, prefix, linkLocalGW)
+			var podAddr netip.Addr
+			for _, ip := range res.IPs {
+				if a := netip.MustParseAddr(ip.Address.IP.String()); a.Is6() && prefix.Contains(a) && ip.Gateway.Equal(linkLocalGW.AsSlice()) {
+					podAddr = a
+				}
+			}
+			if want := map[bool]int{false: 1, true: 2}[dual]; len(res.IPs) != want || !podAddr.IsValid() {
+				t.Fatalf("result %s, want a /128 of %s via %s (and with ptp %s/%d via %s)", out.stdout, prefix, linkLocalGW, eniPodV4, eniSubnet4.Bits(), eniRouter4)
 			}
 			st := readNetns(t, pod, "eth0")
 			if gw := st.defaultGateway(6); gw == nil || !gw.Equal(linkLocalGW.AsSlice()) {
 				t.Fatalf("IPv6 default route via %v, want %s (routes %v)", gw, linkLocalGW, st.routes)
 			}
-			podAddr := netip.MustParseAddr(res.IPs[0].Address.IP.String())
 			if tc.name == "bridge" {
 				routePodThroughHost(t, n.ns, pod, podAddr)
 			}
 			eventuallyConnect(t, pod, n.ns, nodeAddr, podAddr)
+			if dual {
+				checkENIv4ThroughPtp(t, n.ns, pod, res, st)
+			}
 			if out := n.cnitool("", []string{"CNI_ARGS=" + k8sArgs}, "del", network, nsPath(pod)); out.err != nil {
 				t.Fatalf("cnitool del: %v\n%s%s", out.err, out.stdout, out.stderr)
 			}
 		})
 	}
+}
+
+// checkENIv4ThroughPtp: the pod's IPv4 address of the ENI subnet has the subnet's prefix and
+// a default route via its router; on the node, ptp put the router on the pod's veth as a
+// /32 only (no route to the subnet through the pod, which would shadow the node's own), and
+// the pod reaches an IPv4 address of the node's.
+func checkENIv4ThroughPtp(t *testing.T, nodeNS, pod string, res *current.Result, st nsState) {
+	t.Helper()
+	var ok bool
+	for _, ip := range res.IPs {
+		ones, _ := ip.Address.Mask.Size()
+		ok = ok || (ip.Address.IP.Equal(eniPodV4.AsSlice()) && ones == eniSubnet4.Bits() && ip.Gateway.Equal(eniRouter4.AsSlice()))
+	}
+	if !ok {
+		t.Fatalf("result %v, want %s/%d via %s", res.IPs, eniPodV4, eniSubnet4.Bits(), eniRouter4)
+	}
+	if gw := st.defaultGateway(4); gw == nil || !gw.Equal(eniRouter4.AsSlice()) {
+		t.Fatalf("IPv4 default route via %v, want %s (routes %v)", gw, eniRouter4, st.routes)
+	}
+	ns, err := netns.GetFromName(nodeNS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	rs, err := h.RouteList(nil, netlink.FAMILY_V4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rs {
+		if r.Dst == nil {
+			continue
+		}
+		if ones, _ := r.Dst.Mask.Size(); ones < 32 && eniSubnet4.Contains(netip.MustParseAddr(r.Dst.IP.String())) {
+			t.Fatalf("the node routes %s through a pod's link: %v", r.Dst, r)
+		}
+	}
+	nodeAddr := netip.MustParseAddr("10.99.0.1")
+	runCmd(t, "ip", "-n", nodeNS, "addr", "add", nodeAddr.String()+"/32", "dev", "lo")
+	eventuallyConnect(t, pod, nodeNS, nodeAddr, eniPodV4)
 }
 
 // routePodThroughHost runs one pass of ENI host routing (core/enihost) in the node namespace
