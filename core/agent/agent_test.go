@@ -638,3 +638,60 @@ func TestAgentPodInformersOnDemand(t *testing.T) {
 		return cnt.Snapshot()["WATCH pods"] > before && r.a.onDemandSynced(), fmt.Sprint(cnt.Snapshot())
 	})
 }
+
+// TestAgentStatusWrite: the agent writes status.ipam.pools as an update of the status on the
+// informer's copy; when the operator wrote the status since (a Conflict), as a merge patch of
+// status.ipam.pools. Either way the operator's fields stay as the operator wrote them.
+func TestAgentStatusWrite(t *testing.T) {
+	env := k8senv.Start(t)
+	c, err := env.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := c.Create(ctx, &allotv1.AllotNode{ObjectMeta: metav1.ObjectMeta{Name: "node-s"}}); err != nil {
+		t.Fatal(err)
+	}
+	cnt := &k8senv.Counter{}
+	a, err := New(Options{NodeName: "node-s", RESTConfig: cnt.Wrap(env.Config), Logger: testLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pools := func(used int64) allotv1.NodeIPAMStatus {
+		return allotv1.NodeIPAMStatus{Pools: []allotv1.PoolUsage{{Pool: "default", IPv4: &allotv1.FamilyUsage{Used: used, Available: 14}}}}
+	}
+	check := func(used int64, names string) {
+		t.Helper()
+		n, err := getNode(c, "node-s")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !equalStatus(n.Status.IPAM, pools(used)) || n.Status.PoolNames != names {
+			t.Fatalf("status %+v: want used %d, poolNames %q", n.Status, used, names)
+		}
+	}
+	// Current copy: one update, no patch.
+	cur, _ := getNode(c, "node-s")
+	if err := a.writeStatus(ctx, cur, pools(1)); err != nil {
+		t.Fatal(err)
+	}
+	check(1, "")
+	if s := cnt.Snapshot(); s["PUT allotnodes/status"] != 1 || s["PATCH allotnodes/status"] != 0 {
+		t.Fatalf("requests %v: want one status update", s)
+	}
+	// The operator writes its part of the status after the agent's copy was taken: the
+	// update conflicts, the patch lands, the operator's field stays.
+	stale, _ := getNode(c, "node-s")
+	op, _ := getNode(c, "node-s")
+	op.Status.PoolNames = "default"
+	if err := c.Status().Update(ctx, op); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.writeStatus(ctx, stale, pools(2)); err != nil {
+		t.Fatal(err)
+	}
+	check(2, "default")
+	if s := cnt.Snapshot(); s["PUT allotnodes/status"] != 2 || s["PATCH allotnodes/status"] != 1 {
+		t.Fatalf("requests %v: want a second update, refused, then a patch", s)
+	}
+}
