@@ -92,6 +92,9 @@ type Host struct {
 	// Handle is the netlink handle; nil means the caller's namespace.
 	Handle *netlink.Handle
 	Log    *slog.Logger
+
+	// routers6 is the IPv6 router last used per ENI link, to log a change once.
+	routers6 map[int]netip.Addr
 }
 
 // Result is what Sync changed and what it could not do.

@@ -16,13 +16,25 @@ import (
 // neighbour of that link flagged as a router; IPv6Router when neither is known yet. The
 // Controller's periodic resync picks up an advertisement that arrives, or changes, later.
 func (h *Host) ipv6Router(link int) netip.Addr {
+	a, how := h.learnRouter(link)
+	if h.routers6 == nil {
+		h.routers6 = map[int]netip.Addr{}
+	}
+	if old, ok := h.routers6[link]; (!ok || old != a) && h.Log != nil {
+		h.Log.Info("ENI IPv6 router", "ifindex", link, "router", a, "from", how, "was", old)
+	}
+	h.routers6[link] = a
+	return a
+}
+
+func (h *Host) learnRouter(link int) (netip.Addr, string) {
 	if a, ok := h.raRouter(link); ok {
-		return a
+		return a, "router advertisement"
 	}
 	if a, ok := h.neighRouter(link); ok {
-		return a
+		return a, "router neighbour"
 	}
-	return IPv6Router
+	return IPv6Router, "default"
 }
 
 // raRouter is the next hop on link of the main table's RA-learnt IPv6 default routes, the
