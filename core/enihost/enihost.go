@@ -458,7 +458,7 @@ func (h *Host) RemoveAll() error {
 func (h *Host) tableRoutes(e ENI, l netlink.Link) error {
 	var router6 netip.Addr
 	if len(e.IPv6Prefixes) > 0 {
-		router6 = h.ipv6Router(l.Attrs().Index)
+		router6 = h.ipv6Router(l.Attrs().Index, TableBase+e.Index)
 	}
 	routes, err := tableRoutes(e, l.Attrs().Index, router6)
 	if err != nil {

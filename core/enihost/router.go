@@ -12,27 +12,56 @@ import (
 
 // ipv6Router is the VPC router's link-local address on an ENI's link, as the kernel learned
 // it (RFC 4861 router discovery): the next hop of an IPv6 default route the kernel installed
-// from a router advertisement on that link (main table, proto ra), else a reachable
-// neighbour of that link flagged as a router; IPv6Router when neither is known yet. The
-// Controller's periodic resync picks up an advertisement that arrives, or changes, later.
-func (h *Host) ipv6Router(link int) netip.Addr {
+// from a router advertisement on that link (main table, proto ra), else a neighbour of that
+// link flagged as a router (from its router advertisements, or a neighbour advertisement
+// with the router flag). Once learnt it
+// stays while neither is known (a neighbour entry expires; a restarted agent finds it in the
+// ENI's table, table); IPv6Router until then. The Controller's periodic resync picks up an
+// advertisement that arrives, or changes, later.
+func (h *Host) ipv6Router(link, table int) netip.Addr {
 	a, how := h.learnRouter(link)
+	old, known := h.routers6[link]
+	if how == "" {
+		switch {
+		case known:
+			a, how = old, "learnt before"
+		default:
+			a, how = h.tableRouter(table)
+		}
+	}
 	if h.routers6 == nil {
 		h.routers6 = map[int]netip.Addr{}
 	}
-	if old, ok := h.routers6[link]; (!ok || old != a) && h.Log != nil {
+	if (!known || old != a) && h.Log != nil {
 		h.Log.Info("ENI IPv6 router", "ifindex", link, "router", a, "from", how, "was", old)
 	}
 	h.routers6[link] = a
 	return a
 }
 
+// learnRouter is what the kernel knows now of the router on link ("" for how: nothing).
 func (h *Host) learnRouter(link int) (netip.Addr, string) {
 	if a, ok := h.raRouter(link); ok {
 		return a, "router advertisement"
 	}
 	if a, ok := h.neighRouter(link); ok {
 		return a, "router neighbour"
+	}
+	return netip.Addr{}, ""
+}
+
+// tableRouter is the next hop of allot's IPv6 default route in table (set by an earlier
+// run), else IPv6Router.
+func (h *Host) tableRouter(table int) (netip.Addr, string) {
+	rs, err := h.nl().RouteListFiltered(netlink.FAMILY_V6, &netlink.Route{Table: table, Protocol: Protocol},
+		netlink.RT_FILTER_TABLE|netlink.RT_FILTER_PROTOCOL)
+	if err != nil {
+		h.logDebug("list table routes", err)
+	}
+	for _, r := range rs {
+		if gw, ok := linkLocal(r.Gw); ok && (r.Dst == nil || isDefault(r.Dst)) {
+			return gw, "the ENI's table"
+		}
 	}
 	return IPv6Router, "default"
 }
