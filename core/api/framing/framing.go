@@ -107,6 +107,9 @@ var ErrTooLarge = errors.New("frame: payload exceeds limit")
 type Reader struct {
 	r   *bufio.Reader
 	buf []byte
+	// h is the header being read: a local array would escape through io.ReadFull and cost
+	// an allocation per frame.
+	h [HeaderSize]byte
 }
 
 // NewReader reads frames from r (which should be buffered).
@@ -115,8 +118,8 @@ func NewReader(r *bufio.Reader) *Reader { return &Reader{r: r} }
 // Next reads one frame. A stream that ends between frames gives io.EOF; one that ends inside
 // a frame gives io.ErrUnexpectedEOF.
 func (r *Reader) Next() (id uint32, op Op, payload []byte, err error) {
-	var h [HeaderSize]byte
-	if _, err := io.ReadFull(r.r, h[:]); err != nil {
+	h := r.h[:]
+	if _, err := io.ReadFull(r.r, h); err != nil {
 		return 0, 0, nil, err
 	}
 	n := binary.BigEndian.Uint32(h[:4])
