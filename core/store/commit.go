@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -18,13 +19,20 @@ type op struct {
 	result chan error // buffered (1): the committer never blocks on a caller that left
 }
 
-// submit enqueues o and waits until the transaction that carries it has
-// committed (or failed), or ctx ends.
-func (s *Store) submit(ctx context.Context, o *op) error {
+// opPool recycles ops with their result channels: one of each per write was a good part
+// of a durable allocation's garbage. An op goes back only once its caller has received
+// its result, so the committer, which answers an op last, holds no use of it by then.
+var opPool = sync.Pool{New: func() any { return &op{result: make(chan error, 1)} }}
+
+// submit enqueues a pooled copy of w and waits until the transaction that carries it
+// has committed (or failed), or ctx ends.
+func (s *Store) submit(ctx context.Context, w op) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	o.result = make(chan error, 1)
+	o := opPool.Get().(*op)
+	w.result = o.result
+	*o = w
 
 	// Hold mu shared while sending so Close cannot close the queue under us.
 	// The committer never takes mu, so a full queue drains and this cannot
@@ -48,8 +56,11 @@ func (s *Store) submit(ctx context.Context, o *op) error {
 
 	select {
 	case err := <-o.result:
+		*o = op{result: o.result}
+		opPool.Put(o)
 		return err
 	case <-ctx.Done():
+		// o stays with the committer, which will still answer it: not pooled again.
 		// Queued: it may still commit. FIFO order means any later op from
 		// this caller is applied after it, so the caller can repair.
 		return ctx.Err()

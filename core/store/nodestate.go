@@ -103,7 +103,7 @@ func (s *Store) PutNodeState(ctx context.Context, st NodeState) error {
 	if err != nil {
 		return fmt.Errorf("store: put node state: %w", err)
 	}
-	if err := s.submit(ctx, &op{bucket: metaBucket, key: nodeStateKey, value: raw}); err != nil {
+	if err := s.submit(ctx, op{bucket: metaBucket, key: nodeStateKey, value: raw}); err != nil {
 		return fmt.Errorf("store: put node state: %w", err)
 	}
 	return nil

@@ -421,7 +421,7 @@ func (s *Store) Put(ctx context.Context, r Record) error {
 	if err != nil {
 		return fmt.Errorf("store: put %s: %w", r.Owner, err)
 	}
-	if err := s.submit(ctx, &op{key: key, value: value}); err != nil {
+	if err := s.submit(ctx, op{key: key, value: value}); err != nil {
 		return fmt.Errorf("store: put %s: %w", r.Owner, err)
 	}
 	return nil
@@ -434,7 +434,7 @@ func (s *Store) Delete(ctx context.Context, o Owner) error {
 	if err := validateOwner(o, "owner."); err != nil {
 		return fmt.Errorf("store: delete %s: %w", o, err)
 	}
-	if err := s.submit(ctx, &op{key: ownerKey(o), del: true}); err != nil {
+	if err := s.submit(ctx, op{key: ownerKey(o), del: true}); err != nil {
 		return fmt.Errorf("store: delete %s: %w", o, err)
 	}
 	return nil

@@ -523,3 +523,75 @@ func TestInspectAppliesLog(t *testing.T) {
 		t.Fatalf("salvaged store holds %d records, %v; want 4", len(list), err)
 	}
 }
+
+// gateWAL holds each fdatasync until the test releases it.
+type gateWAL struct {
+	walIO
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (g *gateWAL) Sync(seg int) error {
+	g.entered <- struct{}{}
+	<-g.release
+	return g.walIO.Sync(seg)
+}
+
+// TestWriterAnsweredOnlyAfterItsSync: a writer hears nothing before the fdatasync of the
+// frame that carries it returned, also when the writer before it gave up (ctx ended)
+// while its frame was syncing: that op is the committer's until answered, so it must not
+// be recycled into the next writer's, which would then take the earlier frame's answer.
+func TestWriterAnsweredOnlyAfterItsSync(t *testing.T) {
+	g := &gateWAL{entered: make(chan struct{}), release: make(chan struct{})}
+	s, err := Open(context.Background(), filepath.Join(t.TempDir(), "allot.db"), Options{
+		checkpointInterval: time.Hour,
+		walIO:              func(files walFiles) walIO { g.walIO = files; return g },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { // also after a failure: let every sync pass while the store closes
+		closed := make(chan struct{})
+		go func() {
+			for {
+				select {
+				case <-g.entered:
+				case g.release <- struct{}{}:
+				case <-closed:
+					return
+				}
+			}
+		}()
+		if err := s.Close(); err != nil {
+			t.Error(err)
+		}
+		close(closed)
+	})
+	ctxA, cancelA := context.WithCancel(context.Background())
+	doneA := make(chan error, 1)
+	go func() { doneA <- s.Put(ctxA, testRecord("a", "eth0", 1)) }()
+	<-g.entered // A's frame is syncing
+	cancelA()
+	if err := <-doneA; !errors.Is(err, context.Canceled) {
+		t.Fatalf("A: got %v, want context.Canceled", err)
+	}
+	doneB := make(chan error, 1)
+	go func() { doneB <- s.Put(context.Background(), testRecord("b", "eth0", 2)) }()
+	testWaitFor(t, func() bool { return s.Stats().Queued == 1 })
+	g.release <- struct{}{} // A's frame synced: A's op is answered
+	<-g.entered             // B's frame is syncing
+	select {
+	case err := <-doneB:
+		t.Fatalf("B answered (%v) before the fdatasync of its frame returned", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	g.release <- struct{}{}
+	if err := <-doneB; err != nil {
+		t.Fatalf("B: %v", err)
+	}
+	for _, cid := range []string{"a", "b"} {
+		if _, ok, err := s.Get(context.Background(), Owner{ContainerID: cid, IfName: "eth0"}); err != nil || !ok {
+			t.Errorf("record %s: found %v, err %v", cid, ok, err)
+		}
+	}
+}
