@@ -75,22 +75,39 @@ func appendSub(b []byte, num protowire.Number, size int) []byte {
 func decodeAllocationWire(b []byte, a *api.Allocation) bool {
 	s := string(b)
 	var out api.Allocation
+	ips, routes, ok := scanAllocation(s, &out)
+	if !ok {
+		return false
+	}
+	out.IPs = make([]api.IPConfig, 0, ips)
+	if routes > 0 {
+		out.Routes = make([]api.Route, 0, routes)
+	}
+	if !allocationLists(s, &out) {
+		return false
+	}
+	*a = out
+	return true
+}
+
+// scanAllocation checks the fields of an Allocation encoding, sets its singular ones in
+// out and counts its addresses and routes.
+func scanAllocation(s string, out *api.Allocation) (ips, routes int, ok bool) {
 	var seen [7]bool
-	ips, routes := 0, 0
 	for r := s; len(r) > 0; {
 		num, typ, n := protowire.ConsumeTag([]byte(r[:min(len(r), 5)]))
 		if n < 0 || num < 1 || num > 6 || (num != 4 && num != 5 && seen[num]) {
-			return false
+			return 0, 0, false
 		}
 		seen[num] = true
 		r = r[n:]
 		if num == 6 {
 			if typ != protowire.VarintType {
-				return false
+				return 0, 0, false
 			}
 			v, n := protowire.ConsumeVarint([]byte(r[:min(len(r), 10)]))
 			if n < 0 {
-				return false
+				return 0, 0, false
 			}
 			if v != 0 {
 				out.Created = time.Unix(0, int64(v))
@@ -100,7 +117,7 @@ func decodeAllocationWire(b []byte, a *api.Allocation) bool {
 		}
 		v, rest, ok := wireBytes(r, typ)
 		if !ok {
-			return false
+			return 0, 0, false
 		}
 		r = rest
 		switch num {
@@ -117,13 +134,15 @@ func decodeAllocationWire(b []byte, a *api.Allocation) bool {
 			routes++
 		}
 		if !ok {
-			return false
+			return 0, 0, false
 		}
 	}
-	out.IPs = make([]api.IPConfig, 0, ips)
-	if routes > 0 {
-		out.Routes = make([]api.Route, 0, routes)
-	}
+	return ips, routes, true
+}
+
+// allocationLists appends the addresses and routes of an Allocation encoding that
+// scanAllocation accepted to out's.
+func allocationLists(s string, out *api.Allocation) bool {
 	for r := s; len(r) > 0; {
 		num, typ, n := protowire.ConsumeTag([]byte(r[:min(len(r), 5)]))
 		r = r[n:]
@@ -149,7 +168,6 @@ func decodeAllocationWire(b []byte, a *api.Allocation) bool {
 			out.Routes = append(out.Routes, rt)
 		}
 	}
-	*a = out
 	return true
 }
 
