@@ -27,9 +27,10 @@
 //
 // Knobs: ALLOT_SCALE_NODES (nodes), ALLOT_SCALE_WINDOW (steady-state window),
 // ALLOT_SCALE_PPROF (serve net/http/pprof there during the run), ALLOT_SCALE_HEAPPROFILE
-// (write the heap profile once the agents stopped: the operator's heap); the benchmark's
-// -cpuprofile covers the whole run. Compare runs by the test process's CPU per node (and
-// the kube-apiserver's), not by time, on a shared machine.
+// (write the heap profile there once the agents stopped, the operator's heap, and to its
+// .fleet before they stop); the benchmark's -cpuprofile covers the whole run. Compare runs
+// by the test process's CPU per node (and the kube-apiserver's), not by time, on a shared
+// machine.
 //
 // TestScale (200 nodes) keeps the path working under make test; BenchmarkScale (5,000
 // nodes, `make bench-scale`) is the figure, with the goal of 60 s.

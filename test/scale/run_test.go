@@ -102,10 +102,11 @@ func run(tb testing.TB, p params) *result {
 	r.watches, r.apiRSS = apiServerFigures(tb, env.Config)
 
 	heap1, g1 := liveHeap()
+	writeHeapProfile(tb, ".fleet")
 	f.stopAll()
 	r.rssPeak = peakRSS()
 	heap2, g2 := liveHeap()
-	writeHeapProfile(tb)
+	writeHeapProfile(tb, "")
 	r.agentHeap = (heap1 - min(heap1, heap2)) / uint64(p.nodes)
 	r.agentRoutines = float64(g1-g2) / float64(p.nodes)
 	// The runtime keeps the descriptor of every goroutine it ever ran at once (for reuse,
@@ -525,14 +526,16 @@ func openFiles(tb testing.TB, n int) (conns int) {
 	return conns
 }
 
-// writeHeapProfile writes the heap profile to $ALLOT_SCALE_HEAPPROFILE once the agents
-// stopped, while the operator still runs: its in-use space is the operator's heap (the
-// benchmark's -memprofile is written after the operator stopped too).
-func writeHeapProfile(tb testing.TB) {
+// writeHeapProfile writes the heap profile to $ALLOT_SCALE_HEAPPROFILE plus suffix: once
+// the agents stopped, while the operator still runs, its in-use space is the operator's heap
+// (the benchmark's -memprofile is written after the operator stopped too); with suffix
+// ".fleet", before the agents stop, it holds theirs as well.
+func writeHeapProfile(tb testing.TB, suffix string) {
 	path := os.Getenv("ALLOT_SCALE_HEAPPROFILE")
 	if path == "" {
 		return
 	}
+	path += suffix
 	f, err := os.Create(path)
 	if err != nil {
 		tb.Fatalf("ALLOT_SCALE_HEAPPROFILE: %v", err)
