@@ -22,7 +22,19 @@ type op struct {
 // opPool recycles ops with their result channels: one of each per write was a good part
 // of a durable allocation's garbage. An op goes back only once its caller has received
 // its result, so the committer, which answers an op last, holds no use of it by then.
-var opPool = sync.Pool{New: func() any { return &op{result: make(chan error, 1)} }}
+// Each Store has its own (Store.ops): a channel made inside a testing/synctest bubble
+// must not be used outside it, and a process-wide pool handed one test's channels to
+// the next.
+type opPool struct{ p sync.Pool }
+
+func (p *opPool) get() *op {
+	if o, ok := p.p.Get().(*op); ok {
+		return o
+	}
+	return &op{result: make(chan error, 1)}
+}
+
+func (p *opPool) put(o *op) { p.p.Put(o) }
 
 // submit enqueues a pooled copy of w and waits until the transaction that carries it
 // has committed (or failed), or ctx ends.
@@ -30,7 +42,7 @@ func (s *Store) submit(ctx context.Context, w op) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	o := opPool.Get().(*op)
+	o := s.ops.get()
 	w.result = o.result
 	*o = w
 
@@ -57,7 +69,7 @@ func (s *Store) submit(ctx context.Context, w op) error {
 	select {
 	case err := <-o.result:
 		*o = op{result: o.result}
-		opPool.Put(o)
+		s.ops.put(o)
 		return err
 	case <-ctx.Done():
 		// o stays with the committer, which will still answer it: not pooled again.

@@ -152,6 +152,7 @@ type Store struct {
 	db       *bolt.DB
 	log      *slog.Logger
 	maxBatch int
+	ops      opPool
 	// maxGroupDelay caps gather's wait; <= 0 disables it.
 	maxGroupDelay time.Duration
 
