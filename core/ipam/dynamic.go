@@ -61,6 +61,21 @@ type DynamicOptions struct {
 	Ready <-chan struct{}
 }
 
+// ready reports whether the node's pools are known (always, but for a dynamic manager
+// before DynamicOptions.Ready is closed).
+func (m *Manager) ready() bool {
+	d := m.opts.Dynamic
+	if d == nil || d.Ready == nil {
+		return true
+	}
+	select {
+	case <-d.Ready:
+		return true
+	default:
+		return false
+	}
+}
+
 // waitReady waits until the node's pools are known (DynamicOptions.Ready), up to Wait or
 // ctx; then the runtime hears "try again later".
 func (m *Manager) waitReady(ctx context.Context) error {

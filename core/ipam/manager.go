@@ -109,6 +109,9 @@ type Manager struct {
 	poolKeys []poolKey // sorted by name then family, for deterministic views
 	owners   map[store.Owner]*holding
 	holders  map[netip.Addr]store.Owner
+	// inflight marks the owners with a request in flight. The channel is made only when a
+	// second request for the owner has to wait (nil until then): most ADDs never wait, and
+	// making and closing a channel each was a measurable part of an ADD.
 	inflight map[store.Owner]chan struct{}
 
 	// routing and selection of dynamic pools, from their cluster objects (SetPoolRouting,
@@ -244,8 +247,12 @@ func (m *Manager) acquire(ctx context.Context, o store.Owner) error {
 	for {
 		ch, busy := m.inflight[o]
 		if !busy {
-			m.inflight[o] = make(chan struct{})
+			m.inflight[o] = nil
 			return nil
+		}
+		if ch == nil {
+			ch = make(chan struct{})
+			m.inflight[o] = ch
 		}
 		m.mu.Unlock()
 		select {
@@ -259,7 +266,9 @@ func (m *Manager) acquire(ctx context.Context, o store.Owner) error {
 
 // done clears o's in-flight mark. Called with m.mu held.
 func (m *Manager) done(o store.Owner) {
-	close(m.inflight[o])
+	if ch := m.inflight[o]; ch != nil {
+		close(ch)
+	}
 	delete(m.inflight, o)
 }
 
@@ -295,8 +304,15 @@ func (m *Manager) allocate(ctx context.Context, req *api.AllocateRequest) (*api.
 		defer m.done(owner)
 		return m.allocationOf(h.rec), nil
 	}
+	// The policy's view of the pools is taken in the same critical section (when the pools
+	// are known), so that an ADD takes the lock three times: here, to take its addresses,
+	// and to hold them once stored.
+	var views []policy.PoolView
+	if m.ready() {
+		views = m.poolViewsLocked()
+	}
 	m.mu.Unlock()
-	rec, err := m.reserve(ctx, req, owner, requested)
+	rec, err := m.reserve(ctx, req, owner, requested, views)
 	if err != nil {
 		return nil, err
 	}
@@ -307,20 +323,23 @@ func (m *Manager) allocate(ctx context.Context, req *api.AllocateRequest) (*api.
 
 // reserve takes the addresses the policy's decision for req points at (waiting for a new
 // block when a dynamic pool is exhausted) and returns the record to persist. It is called
-// with the owner's slot acquired and m.mu unlocked; on error it gives the slot back.
-func (m *Manager) reserve(ctx context.Context, req *api.AllocateRequest, owner store.Owner, requested []netip.Addr) (store.Record, error) {
+// with the owner's slot acquired and m.mu unlocked; on error it gives the slot back. views
+// nil: the pools were not known yet when the slot was acquired; they are read once they are.
+func (m *Manager) reserve(ctx context.Context, req *api.AllocateRequest, owner store.Owner, requested []netip.Addr, views []policy.PoolView) (store.Record, error) {
 	release := func() {
 		m.mu.Lock()
 		m.done(owner)
 		m.mu.Unlock()
 	}
-	if err := m.waitReady(ctx); err != nil {
-		release()
-		return store.Record{}, err
+	if views == nil {
+		if err := m.waitReady(ctx); err != nil {
+			release()
+			return store.Record{}, err
+		}
+		m.mu.Lock()
+		views = m.poolViewsLocked()
+		m.mu.Unlock()
 	}
-	m.mu.Lock()
-	views := m.poolViewsLocked()
-	m.mu.Unlock()
 
 	decision, err := m.decide(ctx, req, views)
 	if err != nil {
@@ -349,31 +368,43 @@ func (m *Manager) reserve(ctx context.Context, req *api.AllocateRequest, owner s
 
 // hold makes rec's addresses its owner's once persisted (perr nil), or returns them to their
 // pools; either way it gives the owner's slot back.
+//
+// Only the state other requests read is changed under m.mu (owners, holders, the pools'
+// gauges, the owner's slot, and the routes the answer copies); the counters and the answer's
+// strings are made after it is released, since a commit wakes its writers together and they
+// all come here at once.
 func (m *Manager) hold(rec store.Record, perr error) (*api.Allocation, error) {
 	owner, addrs := rec.Owner, rec.Addresses
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	defer m.done(owner)
 	if perr != nil {
+		m.mu.Lock()
 		for _, a := range addrs {
 			m.freeLocked(a)
 		}
 		m.broadcastLocked()
+		m.done(owner)
+		m.mu.Unlock()
 		m.log.Error("allocation not persisted; addresses returned to their pools", "owner", owner.String(), "err", perr)
 		m.opts.Metrics.storeError("allocate")
 		return nil, api.Errorf(api.CodeUnavailable, "store: %v", perr)
 	}
-	m.owners[owner] = &holding{rec: rec}
+	h := &holding{rec: rec}
+	m.mu.Lock()
+	m.owners[owner] = h
 	for _, a := range addrs {
 		m.holders[a.Prefix.Addr()] = owner
+	}
+	m.updatePoolMetricsOfLocked(addrs)
+	m.changedLocked()
+	routes := m.routesOfLocked(rec)
+	m.done(owner)
+	m.mu.Unlock()
+	for _, a := range addrs {
 		m.opts.Metrics.allocated(a.Pool)
 	}
-	m.updatePoolMetricsLocked()
-	m.changedLocked()
 	if m.debug() {
 		m.log.Debug("allocated", "owner", owner.String(), "network", rec.Network, "pod", rec.Pod.Namespace+"/"+rec.Pod.Name, "addresses", addrStrings(addrs))
 	}
-	return m.allocationOf(rec), nil
+	return newAllocation(rec, routes), nil
 }
 
 // decide asks the network's policy for candidate pools.
@@ -706,13 +737,37 @@ func ownerLess(a, b store.Owner) bool {
 	return a.IfName < b.IfName
 }
 
+// allocationOf is r as the API answers it. Called with m.mu held.
 func (m *Manager) allocationOf(r store.Record) *api.Allocation {
+	return newAllocation(r, m.routesOfLocked(r))
+}
+
+// routesOfLocked returns the routes of r's pools (a new slice: the answer may be built after
+// m.mu is released).
+func (m *Manager) routesOfLocked(r store.Record) []api.Route {
+	var out []api.Route
+	for _, a := range r.Addresses {
+		p, ok := m.pools[poolKey{a.Pool, famOf(a.Prefix.Addr())}]
+		switch {
+		case ok && len(p.spec.Routes) > 0:
+			out = append(out, p.spec.Routes...)
+		case m.opts.Dynamic != nil:
+			out = append(out, m.routesLocked(poolKey{a.Pool, famOf(a.Prefix.Addr())}, a.Gateway)...)
+		}
+	}
+	return out
+}
+
+// newAllocation is r as the API answers it, with its pools' routes. It reads nothing of the
+// manager.
+func newAllocation(r store.Record, routes []api.Route) *api.Allocation {
 	out := &api.Allocation{
 		Owner:   fromOwner(r.Owner),
 		Network: r.Network,
 		Pod:     api.PodRef{Namespace: r.Pod.Namespace, Name: r.Pod.Name, UID: r.Pod.UID},
 		Created: r.Created,
 		IPs:     make([]api.IPConfig, 0, len(r.Addresses)),
+		Routes:  routes,
 	}
 	for _, a := range r.Addresses {
 		ip := api.IPConfig{Address: a.Prefix.String(), Pool: a.Pool}
@@ -720,13 +775,6 @@ func (m *Manager) allocationOf(r store.Record) *api.Allocation {
 			ip.Gateway = a.Gateway.String()
 		}
 		out.IPs = append(out.IPs, ip)
-		p, ok := m.pools[poolKey{a.Pool, famOf(a.Prefix.Addr())}]
-		switch {
-		case ok && len(p.spec.Routes) > 0:
-			out.Routes = append(out.Routes, p.spec.Routes...)
-		case m.opts.Dynamic != nil:
-			out.Routes = append(out.Routes, m.routesLocked(poolKey{a.Pool, famOf(a.Prefix.Addr())}, a.Gateway)...)
-		}
 	}
 	return out
 }

@@ -405,3 +405,67 @@ func TestStoreFailureReturnsAddresses(t *testing.T) {
 		}
 	}
 }
+
+// Concurrent ADDs of one owner wait for each other (the first one's slot is released only
+// once its record is held) and get the same address; concurrent ADDs of different owners
+// for a pool's last free addresses get one each, the rest "exhausted", none an address twice.
+func TestConcurrentAddsOfOneOwnerAndOfTheLastAddresses(t *testing.T) {
+	r := newRig(t, []PoolSpec{{Allocator: allocator.Config{Name: "v4", CIDRs: []netip.Prefix{pfx("10.1.0.0/29")}}, Default: true}})
+	ctx := context.Background()
+	race := func(n int, id func(int) string) (ips []string, errs []error) {
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		for i := range n {
+			wg.Go(func() {
+				a, err := r.m.Allocate(ctx, add(id(i)))
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil {
+					errs = append(errs, err)
+					return
+				}
+				ips = append(ips, a.IPs[0].Address)
+			})
+		}
+		wg.Wait()
+		return ips, errs
+	}
+	ips, errs := race(16, func(int) string { return "same" })
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	for _, ip := range ips[1:] {
+		if ip != ips[0] {
+			t.Fatalf("one owner got %s and %s", ips[0], ip)
+		}
+	}
+	mine := ips[0]
+	pools, _ := r.m.Pools(ctx)
+	free := int(pools[0].Usable - pools[0].Used)
+	ips, errs = race(16, func(i int) string { return fmt.Sprintf("c%d", i) })
+	if len(ips) != free || len(errs) != 16-free {
+		t.Fatalf("%d free addresses: %d ADDs got one (%v), %d failed", free, len(ips), ips, len(errs))
+	}
+	for _, err := range errs {
+		wantCode(t, err, api.CodeExhausted, "exhausted")
+	}
+	seen := map[string]bool{mine: true}
+	for _, ip := range ips {
+		if seen[ip] {
+			t.Fatalf("%s handed out twice (owner same holds %s): %v", ip, mine, ips)
+		}
+		seen[ip] = true
+	}
+	if got := mustCheck(t, r.m, "same"); got != mine {
+		t.Fatalf("owner same holds %s, was answered %s", got, mine)
+	}
+}
+
+func mustCheck(t *testing.T, m *Manager, id string) string {
+	t.Helper()
+	a, err := m.Check(context.Background(), &api.CheckRequest{Owner: api.Owner{ContainerID: id, IfName: "eth0"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a.IPs[0].Address
+}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/allot-ipam/allot/core/api"
+	"github.com/allot-ipam/allot/core/store"
 	"github.com/allot-ipam/allot/sdk/policy"
 )
 
@@ -128,6 +129,18 @@ func (m *Manager) updatePoolMetrics() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.updatePoolMetricsLocked()
+}
+
+// updatePoolMetricsOfLocked updates the gauges of the pools of addrs only: an ADD or DEL
+// changes no other pool, and setting every pool's gauges took a lookup by labels per pool.
+func (m *Manager) updatePoolMetricsOfLocked(addrs []store.Address) {
+	for _, a := range addrs {
+		k := poolKey{a.Pool, famOf(a.Prefix.Addr())}
+		if p, ok := m.pools[k]; ok {
+			st := p.alloc.Stats()
+			m.opts.Metrics.pool(k.name, string(k.fam), st.Usable, st.Used)
+		}
+	}
 }
 
 func (m *Manager) updatePoolMetricsLocked() {
