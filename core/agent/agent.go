@@ -107,6 +107,8 @@ type Agent struct {
 	synced atomic.Bool
 	// created: when this agent created its AllotNode (unix ns), until its cache shows it.
 	created atomic.Int64
+	// owner: the AllotNode's owner for its create's retries (nodeOwner).
+	owner   atomic.Pointer[ownerRead]
 	reclaim chan struct{}
 	// restored: the pools were restored from the node store (Restore); local: they are
 	// served, the API server being unreachable; reconciled: a sync has since made them the
@@ -767,29 +769,62 @@ func (a *Agent) createdUntil() time.Time {
 // createOwned creates the node's AllotNode, owned by the Node (garbage-collected with it)
 // when the Node exists. One that exists already is left as it is.
 func (a *Agent) createOwned(ctx context.Context, node *v1alpha1.AllotNode) error {
-	var n corev1.Node
-	key := types.NamespacedName{Name: a.opts.NodeName}
-	// The Node informer's copy (the Node exists before the kubelet starts the agent); a live
-	// read while that informer has not synced, or not started (it starts with the first ADD),
-	// within the client's timeout: an API server that a cluster's boot keeps busy may take
-	// seconds. An AllotNode created without its owner would outlive its Node, so a read
-	// that fails fails the create (the loop retries it).
-	err := a.cachedGet(ctx, key, &n)
-	if err != nil && !apierrors.IsNotFound(err) {
-		err = a.live.Get(ctx, key, &n)
+	refs, err := a.nodeOwner(ctx)
+	if err != nil {
+		return err
 	}
-	switch {
-	case err == nil:
-		node.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: n.Name, UID: n.UID}}
-	case !apierrors.IsNotFound(err):
-		return fmt.Errorf("agent: read Node %s (the AllotNode's owner): %w", a.opts.NodeName, err)
-	}
+	node.OwnerReferences = refs
 	err = a.live.Create(ctx, node)
 	a.metrics.writes.WithLabelValues("create", resultOf(err)).Inc()
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("agent: create AllotNode %s: %w", a.opts.NodeName, err)
 	}
+	a.owner.Store(nil) // a later create (the AllotNode was deleted) reads the Node again
 	return nil
+}
+
+// ownerRead is the AllotNode's owner as read from the Node (none: no Node), and when.
+type ownerRead struct {
+	refs []metav1.OwnerReference
+	at   time.Time
+}
+
+// ownerKeep is how long a read of the Node serves the retries of a create: at scale a create
+// times out or is refused a few times before one lands, and reading the Node again for each
+// retry (its UID does not change) made about four GETs per node in an overloaded start.
+const ownerKeep = createWait
+
+// nodeOwner is the owner reference of the node's AllotNode: the Node's, none if there is no
+// Node, read once for a create and its retries.
+func (a *Agent) nodeOwner(ctx context.Context) ([]metav1.OwnerReference, error) {
+	if o := a.owner.Load(); o != nil && time.Since(o.at) < ownerKeep {
+		return o.refs, nil
+	}
+	key := types.NamespacedName{Name: a.opts.NodeName}
+	// The Node informer's copy (the Node exists before the kubelet starts the agent); a live
+	// read of its metadata (the UID is all the reference needs) while that informer has not
+	// synced, or not started (it starts with the first ADD), within the client's timeout: an
+	// API server that a cluster's boot keeps busy may take seconds. An AllotNode created
+	// without its owner would outlive its Node, so a read that fails fails the create (the
+	// loop retries it).
+	var n corev1.Node
+	err := a.cachedGet(ctx, key, &n)
+	meta := n.ObjectMeta
+	if err != nil && !apierrors.IsNotFound(err) {
+		var pm metav1.PartialObjectMetadata
+		pm.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Node"))
+		err = a.live.Get(ctx, key, &pm)
+		meta = pm.ObjectMeta
+	}
+	var refs []metav1.OwnerReference
+	switch {
+	case err == nil:
+		refs = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: meta.Name, UID: meta.UID}}
+	case !apierrors.IsNotFound(err):
+		return nil, fmt.Errorf("agent: read Node %s (the AllotNode's owner): %w", a.opts.NodeName, err)
+	}
+	a.owner.Store(&ownerRead{refs: refs, at: time.Now()})
+	return refs, nil
 }
 
 // writeSpec writes requested and drops released blocks from allocated, on the current

@@ -6,12 +6,14 @@ import (
 	"io"
 	"log/slog"
 	"math/big"
+	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -642,6 +644,61 @@ func TestAgentPodInformersOnDemand(t *testing.T) {
 // TestAgentStatusWrite: the agent writes status.ipam.pools as an update of the status on the
 // informer's copy; when the operator wrote the status since (a Conflict), as a merge patch of
 // status.ipam.pools. Either way the operator's fields stay as the operator wrote them.
+// TestAgentCreateRetryReadsNodeOnce: the retries of a refused AllotNode create reuse the
+// owner read from the Node for the first attempt, and the AllotNode gets the Node's UID.
+func TestAgentCreateRetryReadsNodeOnce(t *testing.T) {
+	env := k8senv.Start(t)
+	c, err := env.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := c.Create(ctx, &allotv1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: "default"}, Spec: allotv1.IPPoolSpec{
+		IPv4: &allotv1.PoolFamily{CIDRs: []string{"10.50.0.0/24"}, MaskSize: 28}}}); err != nil {
+		t.Fatal(err)
+	}
+	k8sNode := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-o"}}
+	if err := c.Create(ctx, k8sNode); err != nil {
+		t.Fatal(err)
+	}
+	const refused = 3
+	failing := rest.CopyConfig(env.Config)
+	left := &atomic.Int32{}
+	left.Store(refused)
+	failing.Wrap(func(rt http.RoundTripper) http.RoundTripper { return refuseCreates{rt: rt, left: left} })
+	cnt := &k8senv.Counter{}
+	r := &agentRig{t: t, env: env, c: c, node: "node-o", dir: t.TempDir(), grace: time.Minute, cfg: cnt.Wrap(failing)}
+	r.start()
+	defer r.shutdown()
+	var n *allotv1.AllotNode
+	eventually(t, "the AllotNode", 30*time.Second, func() (bool, string) {
+		n, err = getNode(c, "node-o")
+		return err == nil, fmt.Sprint(err)
+	})
+	if len(n.OwnerReferences) != 1 || n.OwnerReferences[0].UID != k8sNode.UID {
+		t.Fatalf("owner references %+v, want the Node's UID %s", n.OwnerReferences, k8sNode.UID)
+	}
+	s := cnt.Snapshot()
+	if s["POST allotnodes"] != refused+1 || s["GET nodes"] != 1 {
+		t.Fatalf("%d creates (%d refused) read the Node %d times, want once: %v", s["POST allotnodes"], refused, s["GET nodes"], s)
+	}
+}
+
+// refuseCreates answers the first left creates of AllotNodes with HTTP 500 instead of sending
+// them, as an API server that times them out.
+type refuseCreates struct {
+	rt   http.RoundTripper
+	left *atomic.Int32
+}
+
+func (f refuseCreates) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Method == http.MethodPost && strings.HasSuffix(req.URL.Path, "/allotnodes") && f.left.Add(-1) >= 0 {
+		return &http.Response{StatusCode: http.StatusInternalServerError, Status: "500 Internal Server Error",
+			Header: http.Header{"Content-Type": {"text/plain"}}, Body: io.NopCloser(strings.NewReader("refused by the test")), Request: req}, nil
+	}
+	return f.rt.RoundTrip(req)
+}
+
 func TestAgentStatusWrite(t *testing.T) {
 	env := k8senv.Start(t)
 	c, err := env.Client()
