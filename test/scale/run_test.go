@@ -4,14 +4,17 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"math"
 	"net"
 	"net/http"
 	_ "net/http/pprof" // servePprof
 	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/metrics"
 	"runtime/pprof"
@@ -126,12 +129,29 @@ func storeDir(tb testing.TB) string {
 	if fi, err := os.Stat("/dev/shm"); err != nil || !fi.IsDir() {
 		return tb.TempDir()
 	}
-	dir, err := os.MkdirTemp("/dev/shm", "allot-scale-")
+	removeOrphanStores()
+	dir, err := os.MkdirTemp("/dev/shm", fmt.Sprintf("allot-scale-%d-", os.Getpid()))
 	if err != nil {
 		return tb.TempDir()
 	}
 	tb.Cleanup(func() { _ = os.RemoveAll(dir) })
 	return dir
+}
+
+// removeOrphanStores removes the store directories of runs whose process is gone (killed
+// before its cleanup): memory, until the machine restarts.
+func removeOrphanStores() {
+	ents, _ := os.ReadDir("/dev/shm")
+	for _, e := range ents {
+		rest, ok := strings.CutPrefix(e.Name(), "allot-scale-")
+		pid, _, ok2 := strings.Cut(rest, "-")
+		if !ok || !ok2 || !e.IsDir() {
+			continue
+		}
+		if _, err := os.Stat("/proc/" + pid); errors.Is(err, fs.ErrNotExist) {
+			_ = os.RemoveAll(filepath.Join("/dev/shm", e.Name()))
+		}
+	}
 }
 
 // agentTransport is cfg without its TLS settings, and their tls.Config, for the agents'
