@@ -312,6 +312,10 @@ func (e *Env) prepareAPIServer() error {
 		return fmt.Errorf("k8senv: apiserver port: %w", err)
 	}
 	e.apiPort = port
+	certFile, keyFile, err := writeServingCert(filepath.Join(e.Dir, "certs"))
+	if err != nil {
+		return err
+	}
 	key, err := rsa.GenerateKey(rand.Reader, 2048)
 	if err != nil {
 		return fmt.Errorf("k8senv: service account key: %w", err)
@@ -343,7 +347,8 @@ func (e *Env) prepareAPIServer() error {
 	}
 	e.apiArgs = append([]string{
 		"--etcd-servers=" + e.etcdURL,
-		"--cert-dir=" + filepath.Join(e.Dir, "certs"),
+		"--tls-cert-file=" + certFile,
+		"--tls-private-key-file=" + keyFile,
 		"--secure-port=" + strconv.Itoa(port),
 		"--bind-address=127.0.0.1",
 		"--advertise-address=127.0.0.1",

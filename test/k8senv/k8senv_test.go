@@ -2,6 +2,10 @@ package k8senv_test
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -118,6 +122,7 @@ func TestRestartAPIServer(t *testing.T) {
 	if err := c.Create(ctx, cm); err != nil {
 		t.Fatal(err)
 	}
+	before := servingCert(t, env.Config.Host)
 	env.StopAPIServer()
 	if err := c.Get(ctx, client.ObjectKeyFromObject(cm), cm); err == nil {
 		t.Fatal("API server still answers after StopAPIServer")
@@ -128,6 +133,25 @@ func TestRestartAPIServer(t *testing.T) {
 	if err := c.Get(ctx, client.ObjectKeyFromObject(cm), cm); err != nil {
 		t.Fatalf("after restart: %v", err)
 	}
+	if !servingCert(t, env.Config.Host).Equal(before) {
+		t.Fatal("the serving certificate changed with the restart")
+	}
+}
+
+// servingCert is the certificate the API server at host presents, which must be ECDSA P-256
+// (a handshake costs the server an ECDSA signature, not an RSA-2048 one).
+func servingCert(t *testing.T, host string) *x509.Certificate {
+	t.Helper()
+	conn, err := tls.Dial("tcp", strings.TrimPrefix(host, "https://"), &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // throwaway server
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	cert := conn.ConnectionState().PeerCertificates[0]
+	if k, ok := cert.PublicKey.(*ecdsa.PublicKey); !ok || k.Curve != elliptic.P256() {
+		t.Fatalf("serving certificate key %T, want ECDSA P-256", cert.PublicKey)
+	}
+	return cert
 }
 
 // TestRestartEtcd stops and starts etcd under a running API server: the data survives, and
