@@ -92,6 +92,8 @@ type pool struct {
 	// disabled: the pool hands out no new address, whatever the policy chose; those held
 	// stay (IPPool spec.disable, SetPoolDisabled).
 	disabled bool
+	// metrics are the pool's series (poolMetricsLocked), nil until first used.
+	metrics *poolMetrics
 }
 
 type holding struct {
@@ -393,13 +395,17 @@ func (m *Manager) hold(rec store.Record, perr error) (*api.Allocation, error) {
 	for _, a := range addrs {
 		m.holders[a.Prefix.Addr()] = owner
 	}
-	m.updatePoolMetricsOfLocked(addrs)
+	counted := m.updatePoolMetricsOfLocked(addrs)
 	m.changedLocked()
 	routes := m.routesOfLocked(rec)
 	m.done(owner)
 	m.mu.Unlock()
-	for _, a := range addrs {
-		m.opts.Metrics.allocated(a.Pool)
+	for i, a := range addrs {
+		if i < len(counted) && counted[i] != nil {
+			counted[i].allocs.Inc()
+		} else {
+			m.opts.Metrics.allocated(a.Pool)
+		}
 	}
 	if m.debug() {
 		m.log.Debug("allocated", "owner", owner.String(), "network", rec.Network, "pod", rec.Pod.Namespace+"/"+rec.Pod.Name, "addresses", addrStrings(addrs))

@@ -19,6 +19,25 @@ type Metrics struct {
 	oldestWait prometheus.Gauge
 	storeErrs  *prometheus.CounterVec
 	timeouts   prometheus.Counter
+	// allocateOK and releaseOK are requests' series for their usual outcome, looked up once.
+	allocateOK, releaseOK prometheus.Observer
+}
+
+// poolMetrics are one pool's series, looked up by their labels once (pool.metrics): each
+// lookup hashes the labels, and an ADD sets two gauges and a counter under the manager's lock.
+type poolMetrics struct {
+	usable, used prometheus.Gauge
+	allocs       prometheus.Counter
+}
+
+func (m *Metrics) forPool(name, family string) *poolMetrics {
+	return &poolMetrics{usable: m.usable.WithLabelValues(name, family), used: m.used.WithLabelValues(name, family),
+		allocs: m.allocs.WithLabelValues(name)}
+}
+
+func (pm *poolMetrics) set(usable, used uint64) {
+	pm.usable.Set(float64(usable))
+	pm.used.Set(float64(used))
 }
 
 // NewMetrics creates the metrics and registers them with reg (nil: not registered).
@@ -61,6 +80,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "ADDs that waited the whole pending timeout for a block and failed (the runtime retries them).",
 		}),
 	}
+	m.allocateOK = m.requests.WithLabelValues("allocate", "ok")
+	m.releaseOK = m.requests.WithLabelValues("release", "ok")
 	if reg != nil {
 		reg.MustRegister(m.requests, m.allocs, m.releases, m.exhaustion, m.usable, m.used, m.waiting, m.oldestWait, m.storeErrs, m.timeouts)
 	}
@@ -68,21 +89,23 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 }
 
 func (m *Metrics) observe(op string, begin time.Time, err error) {
-	code := "ok"
 	if err != nil {
-		code = string(api.CodeOf(err))
+		m.requests.WithLabelValues(op, string(api.CodeOf(err))).Observe(time.Since(begin).Seconds())
+		return
 	}
-	m.requests.WithLabelValues(op, code).Observe(time.Since(begin).Seconds())
+	switch op {
+	case "allocate":
+		m.allocateOK.Observe(time.Since(begin).Seconds())
+	case "release":
+		m.releaseOK.Observe(time.Since(begin).Seconds())
+	default:
+		m.requests.WithLabelValues(op, "ok").Observe(time.Since(begin).Seconds())
+	}
 }
 
 func (m *Metrics) allocated(pool string) { m.allocs.WithLabelValues(pool).Inc() }
 func (m *Metrics) released(pool string)  { m.releases.WithLabelValues(pool).Inc() }
 func (m *Metrics) exhausted(pool string) { m.exhaustion.WithLabelValues(pool).Inc() }
-
-func (m *Metrics) pool(name, family string, usable, used uint64) {
-	m.usable.WithLabelValues(name, family).Set(float64(usable))
-	m.used.WithLabelValues(name, family).Set(float64(used))
-}
 
 func (m *Metrics) dropPool(name, family string) {
 	m.usable.DeleteLabelValues(name, family)

@@ -131,21 +131,37 @@ func (m *Manager) updatePoolMetrics() {
 	m.updatePoolMetricsLocked()
 }
 
-// updatePoolMetricsOfLocked updates the gauges of the pools of addrs only: an ADD or DEL
-// changes no other pool, and setting every pool's gauges took a lookup by labels per pool.
-func (m *Manager) updatePoolMetricsOfLocked(addrs []store.Address) {
-	for _, a := range addrs {
+// updatePoolMetricsOfLocked updates the gauges of the pools of addrs only (an ADD changes
+// no other pool) and returns those pools' series, per address (nil: no such pool).
+func (m *Manager) updatePoolMetricsOfLocked(addrs []store.Address) [2]*poolMetrics {
+	var out [2]*poolMetrics
+	for i, a := range addrs {
 		k := poolKey{a.Pool, famOf(a.Prefix.Addr())}
 		if p, ok := m.pools[k]; ok {
+			pm := m.poolMetricsLocked(k, p)
 			st := p.alloc.Stats()
-			m.opts.Metrics.pool(k.name, string(k.fam), st.Usable, st.Used)
+			pm.set(st.Usable, st.Used)
+			if i < len(out) {
+				out[i] = pm
+			}
 		}
 	}
+	return out
 }
 
 func (m *Manager) updatePoolMetricsLocked() {
 	for _, k := range m.poolKeys {
-		st := m.pools[k].alloc.Stats()
-		m.opts.Metrics.pool(k.name, string(k.fam), st.Usable, st.Used)
+		p := m.pools[k]
+		st := p.alloc.Stats()
+		m.poolMetricsLocked(k, p).set(st.Usable, st.Used)
 	}
+}
+
+// poolMetricsLocked returns p's series, looking them up the first time. A pool's series are
+// deleted (Metrics.dropPool) only with the pool itself.
+func (m *Manager) poolMetricsLocked(k poolKey, p *pool) *poolMetrics {
+	if p.metrics == nil {
+		p.metrics = m.opts.Metrics.forPool(k.name, string(k.fam))
+	}
+	return p.metrics
 }
