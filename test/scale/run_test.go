@@ -69,7 +69,8 @@ func run(tb testing.TB, p params) *result {
 	r := &result{p: p}
 	heap0, g0 := liveHeap()
 	opCnt, agCnt := &k8senv.Counter{}, &k8senv.Counter{}
-	stopOp := startOperator(tb, opCnt.Wrap(operatorConfig(env.Config)))
+	lat := newOpLatency(env.Config)
+	stopOp := startOperator(tb, lat.wrap(opCnt.Wrap(operatorConfig(env.Config))))
 	defer stopOp()
 
 	agentCfg, err := env.ServiceAccountConfig(agentServiceAccount)
@@ -80,7 +81,7 @@ func run(tb testing.TB, p params) *result {
 	f := &fleet{cfg: agCnt.Wrap(base), transports: transports(conns, tlsCfg), dir: storeDir(tb)}
 	defer f.stopAll()
 	stopProgress := make(chan struct{})
-	go progress(f, opCnt, agCnt, env.Dir, stopProgress)
+	go progress(f, opCnt, agCnt, lat, env.Dir, stopProgress)
 	f.startAll(p.nodes)
 	r.converge = waitBlocks(tb, f, p)
 	close(stopProgress)
@@ -457,8 +458,8 @@ func sortedKeys(m map[string]int64) []string {
 
 // progress prints, every 10 s until stop is closed, how many nodes hold their blocks and the
 // requests that lead there: the agents' creates against the operator's writes show which
-// side lags.
-func progress(f *fleet, op, ag *k8senv.Counter, dir string, stop <-chan struct{}) {
+// side lags, and the time of the operator's writes in the interval why it does (opLatency).
+func progress(f *fleet, op, ag *k8senv.Counter, lat *opLatency, dir string, stop <-chan struct{}) {
 	t := time.NewTicker(10 * time.Second)
 	defer t.Stop()
 	for {
@@ -468,9 +469,9 @@ func progress(f *fleet, op, ag *k8senv.Counter, dir string, stop <-chan struct{}
 		case <-t.C:
 		}
 		a, o := ag.Snapshot(), op.Snapshot()
-		fmt.Fprintf(os.Stderr, "scale: %v: %d nodes hold blocks; agents created %d AllotNodes, opened %d watches; operator wrote %d specs, %d statuses; CPU s: %s\n",
+		fmt.Fprintf(os.Stderr, "scale: %v: %d nodes hold blocks; agents created %d AllotNodes, opened %d watches; operator wrote %d specs, %d statuses (%s); CPU s: %s\n",
 			time.Since(f.start).Round(time.Second), f.ready.Load(), a["POST allotnodes"], watchesOf(a),
-			o["PUT allotnodes"], o["PUT allotnodes/status"], cpuSeconds(dir))
+			o["PUT allotnodes"], o["PUT allotnodes/status"], lat.interval(), cpuSeconds(dir))
 	}
 }
 
