@@ -419,7 +419,7 @@ func (m *Manager) decide(ctx context.Context, req *api.AllocateRequest, views []
 	if pol == nil {
 		return policy.PodDecision{}, api.Errorf(api.CodeInternal, "no pool policy configured for network %q", req.Network)
 	}
-	pctx, cancel := context.WithTimeout(ctx, m.opts.PolicyTimeout)
+	pctx, cancel := m.policyContext(ctx, pol)
 	defer cancel()
 	preq := &policy.PodRequest{
 		Pod:  policy.Pod{Namespace: req.Pod.Namespace, Name: req.Pod.Name, UID: req.Pod.UID},
@@ -468,6 +468,17 @@ func (m *Manager) decide(ctx context.Context, req *api.AllocateRequest, views []
 		return d, api.Errorf(api.CodeNoPool, "no pool for %s: the policy (%s) chose no pool for any family", req.Owner, d.Source)
 	}
 	return d, nil
+}
+
+// policyContext bounds a decision by PolicyTimeout, unless nothing in it can block: no
+// PodContext and a policy that says it is inline (policychain.Chain of built-in policies).
+// The bound's timer and its registration with the request's context (shared by a framed
+// connection's requests) were 3.8% of a durable allocation's CPU profile.
+func (m *Manager) policyContext(ctx context.Context, pol policy.PoolPolicy) (context.Context, context.CancelFunc) {
+	if in, ok := pol.(interface{ Inline() bool }); ok && in.Inline() && m.opts.PodContext == nil {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, m.opts.PolicyTimeout)
 }
 
 // takeLocked takes one address per wanted family: the requested one if the runtime asked for

@@ -67,6 +67,7 @@ type Chain struct {
 	log      *slog.Logger
 	onError  func(string, error)
 	names    string // "[a b c]", for reasons
+	inline   bool   // every link, fallback included, is Inline
 }
 
 var _ policy.PoolPolicy = (*Chain)(nil)
@@ -117,8 +118,16 @@ func New(cfg Config) (*Chain, error) {
 		fb := *cfg.Fallback
 		c.fallback = &fb
 	}
+	c.inline = c.fallback == nil || c.fallback.Inline
+	for _, l := range c.links {
+		c.inline = c.inline && l.Inline
+	}
 	return c, nil
 }
+
+// Inline reports whether every policy of the chain, fallback included, is Inline: a
+// decision then never blocks, and a caller need not bound it with a timer of its own.
+func (c *Chain) Inline() bool { return c.inline }
 
 // Names returns the chain's policy names, in order.
 func (c *Chain) Names() []string {

@@ -373,3 +373,27 @@ func testInlineLink(t *testing.T) {
 		t.Fatalf("inline panic: %+v %v", d, err)
 	}
 }
+
+// A chain is inline only if every link, fallback included, is: the node's manager then
+// bounds its decisions with no timer of its own.
+func TestInlineOnlyIfEveryLinkIs(t *testing.T) {
+	p := answer(decided("a"), nil)
+	for _, tc := range []struct {
+		links    []Link
+		fallback *Link
+		want     bool
+	}{
+		{[]Link{{Name: "x", Policy: p, Inline: true}}, nil, true},
+		{[]Link{{Name: "x", Policy: p, Inline: true}, {Name: "y", Policy: p}}, nil, false},
+		{[]Link{{Name: "x", Policy: p, Inline: true}}, &Link{Name: "f", Policy: p}, false},
+		{[]Link{{Name: "x", Policy: p, Inline: true}}, &Link{Name: "f", Policy: p, Inline: true}, true},
+	} {
+		c, err := New(Config{Policies: tc.links, Fallback: tc.fallback})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Inline() != tc.want {
+			t.Errorf("%v (fallback %v): Inline() = %v, want %v", c.Names(), tc.fallback, c.Inline(), tc.want)
+		}
+	}
+}
