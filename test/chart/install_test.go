@@ -147,6 +147,9 @@ func TestHelmInstallExamples(t *testing.T) {
 			if strings.Contains(string(manifest), "kind: ValidatingWebhookConfiguration") {
 				checkWebhookLive(t, c, helmEnv, vc)
 			}
+			if strings.Contains(string(manifest), "kind: FlowSchema") {
+				checkFlowSchemaLive(t, c, env.Config)
+			}
 			runHelm(t, helmEnv, "uninstall", ReleaseName, "--namespace", Namespace, "--wait", "--timeout", "2m")
 			for _, o := range objs {
 				keep := o.GetAnnotations()["helm.sh/resource-policy"] == "keep"

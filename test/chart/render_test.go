@@ -65,6 +65,7 @@ func variantCases() []valuesCase {
 		{name: "island-multipool", set: []string{"clusterPodCIDRs={10.244.0.0/16,fd00:10:244::/56}"}},
 		{name: "monitoring", file: "aws-eni.yaml", set: monitoringSet},
 		{name: "monitoring-multipool", set: monitoringSet},
+		{name: "no-flowschema", set: []string{"apiPriorityAndFairness.enabled=false"}},
 	}
 }
 
@@ -124,6 +125,7 @@ func TestChartTemplate(t *testing.T) {
 			checkWebhook(t, docs, vals)
 			checkPools(t, docs, vals)
 			checkClusterPodCIDRs(t, docs, vals)
+			checkFlowSchema(t, docs, vals)
 		})
 	}
 }
@@ -181,6 +183,9 @@ type values struct {
 		HTTPAddress     string `json:"httpAddress"`
 		PodAntiAffinity string `json:"podAntiAffinity"`
 	} `json:"operator"`
+	APF struct {
+		Enabled bool `json:"enabled"`
+	} `json:"apiPriorityAndFairness"`
 	Webhook struct {
 		Enabled     bool  `json:"enabled"`
 		Port        int32 `json:"port"`
@@ -237,7 +242,7 @@ var clusterScoped = map[string]bool{
 	"ClusterRole": true, "ClusterRoleBinding": true, "CustomResourceDefinition": true,
 	"ValidatingWebhookConfiguration": true, "ValidatingAdmissionPolicy": true,
 	"ValidatingAdmissionPolicyBinding": true, "IPPool": true, "ClusterCIDRConfig": true,
-	"SharedIPPool": true, "ReservedIP": true,
+	"SharedIPPool": true, "ReservedIP": true, "FlowSchema": true,
 }
 
 func checkNamespaces(t *testing.T, docs []doc) {
