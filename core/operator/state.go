@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 
@@ -56,6 +57,10 @@ type allotHold struct {
 	// lastStatus fingerprints the operator-owned status fields last written, so a reconcile
 	// on a cache that has not seen that write yet does not write (and conflict) again.
 	lastStatus string
+	// statusDue: the status write with only good news waits until then, extended once
+	// (statusExtended) when nodes were still getting blocks at the first (statusWait).
+	statusDue      time.Time
+	statusExtended bool
 	// doubt: blocks of a spec write whose outcome is unknown (an ambiguous error); they stay
 	// in blocks (reserved) until a live read settles them (resolveDoubt).
 	doubt *doubtWrite
