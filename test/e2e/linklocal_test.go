@@ -164,16 +164,7 @@ func checkENIv4ThroughPtp(t *testing.T, nodeNS, pod string, res *current.Result,
 	if gw := st.defaultGateway(4); gw == nil || !gw.Equal(eniRouter4.AsSlice()) {
 		t.Fatalf("IPv4 default route via %v, want %s (routes %v)", gw, eniRouter4, st.routes)
 	}
-	ns, err := netns.GetFromName(nodeNS)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ns.Close()
-	h, err := netlink.NewHandleAt(ns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
+	h := handleIn(t, nodeNS)
 	rs, err := h.RouteList(nil, netlink.FAMILY_V4)
 	if err != nil {
 		t.Fatal(err)
@@ -196,16 +187,7 @@ func checkENIv4ThroughPtp(t *testing.T, nodeNS, pod string, res *current.Result,
 // and routes the address to it.
 func routePodThroughHost(t *testing.T, nodeNS, pod string, addr netip.Addr) {
 	t.Helper()
-	ns, err := netns.GetFromName(nodeNS)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ns.Close()
-	h, err := netlink.NewHandleAt(ns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
+	h := handleIn(t, nodeNS)
 	host := &enihost.Host{Handle: h}
 	ctl := &enihost.Controller{Host: host,
 		State: func(context.Context) ([]enihost.ENI, []enihost.Pod, error) {
@@ -249,4 +231,20 @@ func connectOnce(from, at string, to netip.Addr) (netip.Addr, error) {
 	}
 	defer atNS.Close()
 	return enihosttest.Connect(fromNS, atNS, to)
+}
+
+// handleIn is a netlink handle in the named namespace, closed when the test ends.
+func handleIn(t *testing.T, name string) *netlink.Handle {
+	t.Helper()
+	ns, err := netns.GetFromName(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close() // the handle's sockets were opened in the namespace and stay there
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.Close)
+	return h
 }
