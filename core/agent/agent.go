@@ -119,6 +119,8 @@ type Agent struct {
 	nodeReadOnce sync.Once
 	// onDemand: the pod, namespace and Node informers, started with the first ADD (ondemand.go).
 	onDemand onDemand
+	// livePools: IPPools read from the API server for ADDs, ahead of the informer (livepools.go).
+	livePools livePools
 
 	mu sync.Mutex
 	// releasing are blocks removed from the local allocator that the node object may still
@@ -156,6 +158,7 @@ func New(opts Options) (*Agent, error) {
 		reclaim:   make(chan struct{}, 1),
 		nodeRead:  make(chan struct{}),
 		onDemand:  onDemand{running: make(chan struct{})},
+		livePools: livePools{negative: liveNegative},
 		releasing: map[blockKey]bool{},
 		stale:     map[api.Owner]time.Time{},
 		reported:  map[string]bool{},
@@ -607,49 +610,25 @@ func (a *Agent) publish(ctx context.Context, m *ipam.Manager, node *v1alpha1.All
 }
 
 // clusterPools registers every IPPool family as a local pool (so the policy can name a pool
-// the node has no block of yet) and returns the pools' families.
+// the node has no block of yet) and returns the pools' families. Pools read live for an ADD
+// that the informer has not delivered yet count too (livepools.go).
 func (a *Agent) clusterPools(ctx context.Context, m *ipam.Manager) map[string]families {
+	// Under reg, the cache listed inside: a live read registering a pool the cache lists
+	// after this list must not see it dropped below.
+	a.livePools.reg.Lock()
+	defer a.livePools.reg.Unlock()
 	var list v1alpha1.IPPoolList
 	out := map[string]families{}
 	if err := a.cache.List(ctx, &list); err != nil {
 		a.log.Warn("listing IPPools from the cache", "err", err)
 		return out
 	}
-	for _, p := range list.Items {
-		f := families{v4: p.Spec.IPv4 != nil, v6: p.Spec.IPv6 != nil}
+	items := a.withLivePools(list.Items)
+	for i := range items {
+		p := &items[i]
+		f := familiesOf(p)
 		out[p.Name] = f
-		for _, fam := range []policy.Family{policy.IPv4, policy.IPv6} {
-			if !f.has(fam) {
-				continue
-			}
-			if err := m.EnsurePool(p.Name, fam); err != nil {
-				a.log.Warn("registering pool", "pool", p.Name, "family", fam, "err", err)
-			} else if err := m.SetPoolDisabled(p.Name, fam, p.Spec.Disable); err != nil {
-				a.log.Warn("marking pool disabled", "pool", p.Name, "family", fam, "err", err)
-			}
-			spec := p.Spec.IPv4
-			if fam == policy.IPv6 {
-				spec = p.Spec.IPv6
-			}
-			// Set before the blocks are added (syncBlocks runs after this): the block
-			// holding the pool's gateway must reserve it from the start.
-			r, err := PoolRouting(fam, spec)
-			if err != nil {
-				// The CRD's rules let this through (a broadcast gateway, a route of the other
-				// family): the pool keeps the per-block default, and the operator's Ready
-				// condition on the IPPool says why.
-				a.reportOnce("routing "+p.Name+string(fam)+err.Error(), "IPPool gateway/routes refused; using the block's gateway", "pool", p.Name, "err", err)
-				r = ipam.PoolRouting{}
-			}
-			if err := m.SetPoolRouting(p.Name, fam, r); err != nil {
-				a.log.Warn("setting pool routing", "pool", p.Name, "family", fam, "err", err)
-			}
-			// The selection fields (Cilium's podSelector / namespaceSelector are
-			// podAffinity / namespaceAffinity) reach the pool policy through the views.
-			if err := m.SetPoolSelection(p.Name, fam, poolSelection(&p)); err != nil {
-				a.log.Warn("setting pool selection", "pool", p.Name, "family", fam, "err", err)
-			}
-		}
+		a.registerPool(m, p, f)
 	}
 	// Forget local pools whose IPPool is gone (or lost the family) once they hold nothing.
 	for _, u := range m.Usage() {

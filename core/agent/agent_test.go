@@ -215,7 +215,7 @@ func (r *agentRig) start() {
 	m, err := ipam.New(context.Background(), ipam.Options{
 		Store: st, Logger: testLogger(),
 		Policy:     func(string) policy.PoolPolicy { return pol },
-		Dynamic:    &ipam.DynamicOptions{Node: r.node, Wait: 10 * time.Second},
+		Dynamic:    &ipam.DynamicOptions{Node: r.node, Wait: 10 * time.Second, RefreshPools: a.RefreshPools},
 		PodContext: a.PodContext, OnChange: a.Trigger,
 	})
 	if err != nil {

@@ -14,6 +14,7 @@ type metrics struct {
 	orphans      prometheus.Gauge
 	dropped      prometheus.Counter
 	offline      prometheus.Counter
+	liveReads    *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -49,9 +50,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "allot_agent_offline_decisions_total",
 			Help: "ADDs decided without the pod's metadata, the API server being unreachable.",
 		}),
+		liveReads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "allot_agent_live_pool_reads_total",
+			Help: "Reads of the IPPools from the API server for ADDs that found no pool, by result (found: a pool the informer had not delivered; none; error).",
+		}, []string{"result"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.writes, m.released, m.reclaimed, m.syncDuration, m.localState, m.orphans, m.dropped, m.offline)
+		reg.MustRegister(m.writes, m.released, m.reclaimed, m.syncDuration, m.localState, m.orphans, m.dropped, m.offline, m.liveReads)
 	}
 	return m
 }

@@ -200,7 +200,7 @@ func newAgentManager(ctx context.Context, d *Daemon, cfg *config.Config, ag *age
 		// Multi-pool blocks carry their pods' gateway (a bridge's address); ENI
 		// addresses come as host blocks presented with their subnet's router instead.
 		Dynamic: &ipam.DynamicOptions{Node: cfg.Cluster.NodeName, Wait: cfg.Cluster.PendingTimeout, BlockGateway: !cfg.Cluster.ENI.Enabled(),
-			Ready: ag.NodeRead()},
+			Ready: ag.NodeRead(), RefreshPools: ag.RefreshPools},
 		PodContext: ag.PodContext,
 		OnChange: func() {
 			ag.Trigger()

@@ -59,6 +59,13 @@ type DynamicOptions struct {
 	// error to the runtime) for a pod that a moment later gets an address. An ADD of an owner
 	// that already holds addresses (restored from the store) is answered without waiting.
 	Ready <-chan struct{}
+	// RefreshPools, if set, is called when the policy finds no pool that the request names
+	// or selects (NoFit, CauseNoMatch). The node learns its pools from a watch, which may
+	// lag a pool created a moment ago: RefreshPools reads them from their source (the agent:
+	// the API server), registers those the watch has not delivered yet and reports whether it
+	// registered any; if it did, the decision is asked again, once. It is bounded by ctx and
+	// must cost at most one read per call (the policy's words are never parsed for a name).
+	RefreshPools func(ctx context.Context) bool
 }
 
 // ready reports whether the node's pools are known (always, but for a dynamic manager

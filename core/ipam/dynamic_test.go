@@ -30,7 +30,8 @@ type dynRig struct {
 	changes      atomic.Int64
 	annot        map[string]string // pod name -> pool annotation
 	wait         time.Duration
-	ready        chan struct{} // DynamicOptions.Ready; nil: none
+	ready        chan struct{}              // DynamicOptions.Ready; nil: none
+	refresh      func(context.Context) bool // DynamicOptions.RefreshPools
 	metrics      *Metrics
 }
 
@@ -55,7 +56,7 @@ func (r *dynRig) open() {
 	m, err := New(context.Background(), Options{
 		Store: st, Logger: quiet, Metrics: r.metrics,
 		Policy:  func(string) policy.PoolPolicy { return pol },
-		Dynamic: &DynamicOptions{Node: "node-a", Wait: r.wait, BlockGateway: r.blockGateway, Ready: r.ready},
+		Dynamic: &DynamicOptions{Node: "node-a", Wait: r.wait, BlockGateway: r.blockGateway, Ready: r.ready, RefreshPools: r.refresh},
 		PodContext: func(_ context.Context, req *policy.PodRequest) error {
 			if req.Pod.Name == "missing" {
 				return api.Errorf(api.CodeUnavailable, "pod %s not found", req.Pod.Name)
@@ -259,6 +260,51 @@ func TestDynamicWaitsUntilReady(t *testing.T) {
 	_, err = r2.m.Allocate(context.Background(), podAdd("c1", "p1"))
 	if api.CodeOf(err) != api.CodeUnavailable || !strings.Contains(err.Error(), "node node-a: its pools are not known yet") {
 		t.Fatalf("not ready in time: %v %v", api.CodeOf(err), err)
+	}
+}
+
+// TestDynamicRefreshPools: a decision that finds no pool the request names asks RefreshPools
+// once; if it registered pools, the decision is asked again and the ADD goes on (waiting for
+// a block of the new pool); if not, the policy's error stands. A decided request never asks.
+func TestDynamicRefreshPools(t *testing.T) {
+	r := newDynRig(t, 10*time.Second)
+	var calls atomic.Int32
+	register := false
+	r.refresh = func(context.Context) bool {
+		calls.Add(1)
+		if register {
+			mustNoErr(t, r.m.EnsurePool("late", policy.IPv4))
+		}
+		return register
+	}
+	r.restart()
+	mustNoErr(t, r.m.AddCIDR("default", pfx("10.1.0.0/24")))
+	r.annot["p-missing"] = "late"
+	_, err := r.m.Allocate(context.Background(), podAdd("c1", "p-missing"))
+	if api.CodeOf(err) != api.CodeNoPool || !strings.Contains(err.Error(), `names pool "late", which does not exist`) || calls.Load() != 1 {
+		t.Fatalf("nothing registered: %v after %d refreshes, want the policy's error after one", err, calls.Load())
+	}
+	_, err = r.m.Allocate(context.Background(), podAdd("c2", "p-default"))
+	mustNoErr(t, err)
+	if calls.Load() != 1 {
+		t.Fatalf("a decided ADD refreshed the pools (%d calls)", calls.Load())
+	}
+	register = true
+	done := make(chan error, 1)
+	go func() {
+		a, err := r.m.Allocate(context.Background(), podAdd("c3", "p-missing"))
+		if err == nil && a.IPs[0].Pool != "late" {
+			err = fmt.Errorf("got %+v, want pool late", a.IPs)
+		}
+		done <- err
+	}()
+	testenv.Eventually(t, 10*time.Second, "the ADD waits for a block of the pool registered late", func() (bool, string) {
+		return usageOf(r.m, "late", policy.IPv4).Pending == 1, fmt.Sprintf("%+v", usageOf(r.m, "late", policy.IPv4))
+	})
+	mustNoErr(t, r.m.AddCIDR("late", pfx("10.2.0.0/24")))
+	mustNoErr(t, <-done)
+	if calls.Load() != 2 {
+		t.Fatalf("%d refreshes, want 2", calls.Load())
 	}
 }
 

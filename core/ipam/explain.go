@@ -76,7 +76,7 @@ func (m *Manager) AllocateDryRun(ctx context.Context, req *api.AllocateRequest) 
 	m.mu.Lock()
 	views := m.poolViewsLocked()
 	m.mu.Unlock()
-	d, err := m.decide(ctx, req, views)
+	d, err := m.decideFresh(ctx, req, views)
 	if err != nil {
 		return nil, err
 	}

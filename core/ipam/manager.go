@@ -343,7 +343,7 @@ func (m *Manager) reserve(ctx context.Context, req *api.AllocateRequest, owner s
 		m.mu.Unlock()
 	}
 
-	decision, err := m.decide(ctx, req, views)
+	decision, err := m.decideFresh(ctx, req, views)
 	if err != nil {
 		release()
 		return store.Record{}, err
@@ -468,6 +468,22 @@ func (m *Manager) decide(ctx context.Context, req *api.AllocateRequest, views []
 		return d, api.Errorf(api.CodeNoPool, "no pool for %s: the policy (%s) chose no pool for any family", req.Owner, d.Source)
 	}
 	return d, nil
+}
+
+// decideFresh is decide, asked once more when the policy found no pool the request names or
+// selects and DynamicOptions.RefreshPools registered pools the node's watch had not delivered.
+func (m *Manager) decideFresh(ctx context.Context, req *api.AllocateRequest, views []policy.PoolView) (policy.PodDecision, error) {
+	d, err := m.decide(ctx, req, views)
+	if err == nil || d.Code != policy.NoFit || d.Cause != policy.CauseNoMatch {
+		return d, err
+	}
+	if dyn := m.opts.Dynamic; dyn == nil || dyn.RefreshPools == nil || !dyn.RefreshPools(ctx) {
+		return d, err
+	}
+	m.mu.Lock()
+	views = m.poolViewsLocked()
+	m.mu.Unlock()
+	return m.decide(ctx, req, views)
 }
 
 // policyContext bounds a decision by PolicyTimeout, unless nothing in it can block: no
