@@ -107,6 +107,10 @@ func (c *Config) validateCNI() []error {
 	case n.Conflist != "":
 		if err := ValidateConflist([]byte(n.Conflist)); err != nil {
 			errs.add("conflist", "%v", err)
+		} else if c.Cluster.ENI.Enabled() {
+			for _, msg := range eniConflistMTU([]byte(n.Conflist), c.Cluster.ENI.ipv6()) {
+				errs.add("conflist", "%s", msg)
+			}
 		}
 	}
 	return errs.errs

@@ -101,3 +101,36 @@ func TestValidateConflistAcceptsTheShippedShapes(t *testing.T) {
 		}
 	}
 }
+
+// TestENIConflistMTU: in ENI mode an interface plugin's mtu (the chart's eni.mtu, written
+// into ptp's configuration) is checked as the AWS VPC CNI checks AWS_VPC_ENI_MTU, naming the
+// plugin's field; outside ENI mode it is the plugin's business.
+func TestENIConflistMTU(t *testing.T) {
+	ptp := func(mtu string) string {
+		return `{"cniVersion":"1.0.0","name":"allot","plugins":[{"type":"ptp","ipMasq":false,"mtu":` + mtu + `,"ipam":{"type":"allot-cni"}},{"type":"portmap","capabilities":{"portMappings":true}}]}`
+	}
+	for _, tc := range []struct {
+		name, eni, mtu, want string
+	}{
+		{"jumbo", "{backend: aws-eni}", "9001", ""},
+		{"ethernet", "{backend: aws-eni}", "1500", ""},
+		{"IPv4 minimum", "{backend: aws-eni}", "576", ""},
+		{"below IPv4", "{backend: aws-eni}", "575", "cni.conflist: plugins[0].mtu: 575 is outside 576..9001"},
+		{"above an ENI's", "{backend: aws-eni}", "9216", "cni.conflist: plugins[0].mtu: 9216 is outside 576..9001"},
+		{"not an integer", "{backend: aws-eni}", `"9001"`, `cni.conflist: plugins[0].mtu: "9001" is not an integer`},
+		{"below IPv6", "{backend: aws-eni, ipv6PrefixDelegation: true}", "1000", "cni.conflist: plugins[0].mtu: 1000 is below 1280, the minimum MTU of an IPv6 link"},
+		{"IPv6 of the node", "{backend: aws-eni, node: {ipv6PrefixDelegation: true}}", "1279", "cni.conflist: plugins[0].mtu: 1279 is below 1280"},
+		{"IPv6 minimum", "{backend: aws-eni, ipv6PrefixDelegation: true}", "1280", ""},
+		{"not ENI mode", "{}", "65000", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := load(writeFile(t, "mode: agent\ncluster: {nodeName: n, eni: "+tc.eni+"}\ncni: {confDir: /etc/cni/net.d, conflist: '"+ptp(tc.mtu)+"'}\n"), nil, nil)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("mtu %s refused: %v", tc.mtu, err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("mtu %s: got %v, want an error containing %q", tc.mtu, err, tc.want)
+			}
+		})
+	}
+}

@@ -191,6 +191,9 @@ func FuzzLoad(f *testing.F) {
 	f.Add("pools: [{name: a, cidrs: ['fd00::/64'], exclude: ['fd00::1-fd00::ff'], gateway: 'fd00::1'}]")
 	f.Add("pools: [{name: a, cidrs: [10.0.0.0/8]}, {name: b, cidrs: [11.0.0.0/8]}]\npolicy: {networks: {x: {chain: [a]}}}")
 	f.Add("::: not yaml")
+	f.Add(`mode: agent
+cluster: {nodeName: n, eni: {backend: aws-eni, ipv6PrefixDelegation: true}}
+cni: {confDir: /etc/cni/net.d, conflist: '{"cniVersion":"1.0.0","name":"a","plugins":[{"type":"ptp","mtu":9001,"ipam":{"type":"allot-cni"}}]}'}`)
 	f.Fuzz(func(t *testing.T, body string) {
 		p := filepath.Join(t.TempDir(), "c.yaml")
 		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {

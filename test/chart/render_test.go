@@ -66,6 +66,7 @@ func variantCases() []valuesCase {
 		{name: "monitoring", file: "aws-eni.yaml", set: monitoringSet},
 		{name: "monitoring-multipool", set: monitoringSet},
 		{name: "no-flowschema", set: []string{"apiPriorityAndFairness.enabled=false"}},
+		{name: "eni-mtu", file: "aws-eni.yaml", set: []string{"eni.mtu=1500"}},
 	}
 }
 
@@ -111,6 +112,22 @@ func TestChartSchemaRefusesTypos(t *testing.T) {
 	}
 }
 
+// TestChartENIMTURefused: eni.mtu outside 576..9001 (the AWS VPC CNI's AWS_VPC_ENI_MTU range)
+// is refused by the schema, and by the template naming the field when the schema is skipped.
+func TestChartENIMTURefused(t *testing.T) {
+	for _, mtu := range []string{"575", "9216"} {
+		c := valuesCase{file: "aws-eni.yaml", set: []string{"eni.mtu=" + mtu}}
+		args := append([]string{"template", ReleaseName, chartDir(t), "--namespace", Namespace}, c.args(t)...)
+		if _, err := tryHelm(t, nil, args...); err == nil || !strings.Contains(err.Error(), "/eni/mtu") {
+			t.Errorf("eni.mtu=%s: %v, want the schema to refuse /eni/mtu", mtu, err)
+		}
+		_, err := tryHelm(t, nil, append(args, "--skip-schema-validation")...)
+		if want := "eni.mtu: " + mtu + " is outside 576..9001"; err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("eni.mtu=%s without the schema: %v, want %q", mtu, err, want)
+		}
+	}
+}
+
 // TestChartTemplate renders every case, decodes every object into its Go type strictly (an
 // unknown field is an error) and checks what the chart promises.
 func TestChartTemplate(t *testing.T) {
@@ -141,6 +158,7 @@ type values struct {
 		HostBinDir     string   `json:"hostBinDir"`
 		InstallPlugins []string `json:"installPlugins"`
 		Uninstall      string   `json:"uninstall"`
+		Conflist       any      `json:"conflist"`
 	} `json:"cni"`
 	IPMasqAgent struct {
 		Enabled bool           `json:"enabled"`
@@ -160,6 +178,7 @@ type values struct {
 		} `json:"pools"`
 	} `json:"sharedPools"`
 	ENI struct {
+		MTU        int    `json:"mtu"`
 		IAMRoleArn string `json:"iamRoleArn"`
 		Config     struct {
 			HostRouting *bool `json:"hostRouting"`
@@ -196,6 +215,19 @@ type values struct {
 }
 
 func (v values) agentEnabled() bool { return v.Agent.Enabled }
+
+// isEmpty: a value left empty ({} or ""), as the chart's `if not` reads it.
+func isEmpty(x any) bool {
+	switch x := x.(type) {
+	case nil:
+		return true
+	case string:
+		return x == ""
+	case map[string]any:
+		return len(x) == 0
+	}
+	return false
+}
 
 // eniHostRouting: the agent sets up ENI host routing (cluster.eni.hostRouting, on by default).
 func (v values) eniHostRouting() bool {
@@ -634,6 +666,12 @@ func checkAgent(t *testing.T, docs []doc, v values) {
 	// bridge would hold the ENI subnet's router address with the subnet's prefix.
 	if v.Mode == "eni" && len(conflist.Plugins) > 0 && conflist.Plugins[0]["type"] != "ptp" {
 		t.Errorf("ENI mode: the conflist's interface plugin is %v, want ptp", conflist.Plugins[0]["type"])
+	}
+	// ENI mode's default: ptp's veths get the ENI's MTU (eni.mtu), not ptp's 1500.
+	if v.Mode == "eni" && isEmpty(v.CNI.Conflist) && len(conflist.Plugins) > 0 {
+		if mtu, _ := conflist.Plugins[0]["mtu"].(float64); int(mtu) != v.ENI.MTU || v.ENI.MTU == 0 {
+			t.Errorf("ENI mode: ptp's mtu is %v, want eni.mtu %d", conflist.Plugins[0]["mtu"], v.ENI.MTU)
+		}
 	}
 	if nets := strs(cfg, "cluster", "sharedPools", "networks"); v.Mode == "sharedpool" && !slices.Contains(nets, conflist.Name) && len(v.SharedPools.Networks) == 0 {
 		t.Errorf("sharedpool mode: the conflist's network %q is not served from shared pools (%v)", conflist.Name, nets)

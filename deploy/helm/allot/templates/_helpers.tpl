@@ -96,7 +96,8 @@ returns the routes, so isDefaultGateway is false), hairpin mode for a pod reachi
 through a Service. ENI mode: ptp, a veth per pod whose host side holds the pod's gateway as
 a /32 (/128) with a host route to the pod, the AWS VPC CNI's plumbing; the agent's ENI host
 routing (eni.config.hostRouting) adds the per-ENI tables and rules. Not hostRoutes: ptp
-needs a gateway per address.
+needs a gateway per address. Its mtu is eni.mtu, the ENI's (9001, as the AWS VPC CNI's pods):
+without it ptp's veths get 1500.
 */}}
 {{- define "allot.defaultConflist" -}}
 cniVersion: "1.0.0"
@@ -105,6 +106,7 @@ plugins:
 {{- if eq .Values.mode "eni" }}
   - type: ptp
     ipMasq: false
+    mtu: {{ include "allot.eniMTU" . }}
     ipam:
       type: allot-cni
 {{- else }}
@@ -120,6 +122,18 @@ plugins:
   - type: portmap
     capabilities:
       portMappings: true
+{{- end -}}
+
+{{/* eni.mtu, checked as the AWS VPC CNI checks AWS_VPC_ENI_MTU (the schema too, unless skipped). */}}
+{{- define "allot.eniMTU" -}}
+{{- $m := .Values.eni.mtu -}}
+{{- if not (or (kindIs "float64" $m) (kindIs "int64" $m) (kindIs "int" $m)) -}}
+{{- fail (printf "eni.mtu: %v is not an integer" $m) -}}
+{{- end -}}
+{{- if or (lt (float64 $m) 576.0) (gt (float64 $m) 9001.0) (ne (float64 $m) (float64 (int64 $m))) -}}
+{{- fail (printf "eni.mtu: %v is outside 576..9001 (an ENI's MTU range, as the AWS VPC CNI's AWS_VPC_ENI_MTU)" $m) -}}
+{{- end -}}
+{{- int64 $m -}}
 {{- end -}}
 
 {{- define "allot.conflistName" -}}
