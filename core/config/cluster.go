@@ -173,6 +173,11 @@ type ClusterENI struct {
 	// pod's traffic leaves through the ENI holding its address. Default true; false leaves
 	// routing to the interface plugin.
 	HostRouting *bool `koanf:"hostRouting"`
+	// MTU, if set, is the MTU host routing gives the secondary ENIs' links as it brings them
+	// up, as the AWS VPC CNI sets AWS_VPC_ENI_MTU on them: the pods' veths carry it (the
+	// chart's eni.mtu, 9001), and an ENI link left at 1500 by the OS would cut their
+	// packets down. 0 leaves the links as they are.
+	MTU int `koanf:"mtu"`
 	// NetnsDirs are where the container runtime keeps pods' network namespaces, searched for
 	// each pod's veth (default /var/run/netns).
 	NetnsDirs []string `koanf:"netnsDirs"`
@@ -244,6 +249,11 @@ func (c *Config) validateENI() []error {
 	}
 	if e.Pool != "" && (len(e.Pool) > 253 || !dns1123Subdomain.MatchString(e.Pool)) {
 		errs.add("pool", "%q is not a valid pool name", e.Pool)
+	}
+	if e.MTU != 0 {
+		if err := ValidateENIMTU(e.MTU, e.ipv6()); err != nil {
+			errs.add("mtu", "%v", err)
+		}
 	}
 	if i := slices.IndexFunc(c.Plugins, func(p Plugin) bool { return p.Name == e.Backend }); i >= 0 && c.Plugins[i].Kind != "cloud-backend" {
 		errs.add("backend", "plugin %q is a %s, not a cloud-backend", e.Backend, c.Plugins[i].Kind)

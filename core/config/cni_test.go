@@ -134,3 +134,23 @@ func TestENIConflistMTU(t *testing.T) {
 		})
 	}
 }
+
+// TestENILinkMTU: cluster.eni.mtu (the MTU host routing gives the secondary ENIs) is checked
+// as the conflist's, naming the field.
+func TestENILinkMTU(t *testing.T) {
+	for _, tc := range []struct{ eni, want string }{
+		{"{backend: aws-eni, mtu: 9001}", ""},
+		{"{backend: aws-eni}", ""}, // 0: the links stay as the OS set them
+		{"{backend: aws-eni, mtu: 500}", "cluster.eni.mtu: 500 is outside 576..9001"},
+		{"{backend: aws-eni, mtu: 9500}", "cluster.eni.mtu: 9500 is outside 576..9001"},
+		{"{backend: aws-eni, mtu: 1200, ipv6PrefixDelegation: true}", "cluster.eni.mtu: 1200 is below 1280"},
+	} {
+		_, err := load(writeFile(t, "mode: agent\ncluster: {nodeName: n, eni: "+tc.eni+"}\n"), nil, nil)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%s refused: %v", tc.eni, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%s: got %v, want an error containing %q", tc.eni, err, tc.want)
+		}
+	}
+}

@@ -161,7 +161,7 @@ func newENIHost(e config.ClusterENI, log *slog.Logger) *enihost.Controller {
 		dirs = enihost.DefaultNetnsDirs
 	}
 	hlog := log.With("component", "enihost")
-	return &enihost.Controller{Host: &enihost.Host{Log: hlog}, Log: hlog,
+	return &enihost.Controller{Host: &enihost.Host{Log: hlog, MTU: e.MTU}, Log: hlog,
 		NetnsFiles: func() ([]string, error) { return enihost.NetnsFiles(dirs) }}
 }
 

@@ -206,3 +206,32 @@ func TestControllerRoutesIPv6PrefixThroughItsENI(t *testing.T) {
 		t.Fatalf("p6's IPv4 after the prefix went: %s, %v", src, err)
 	}
 }
+
+// TestSyncSetsENIMTU: with Host.MTU set (cluster.eni.mtu, the chart's eni.mtu), host routing
+// gives the secondary ENI's link that MTU as it brings it up, as the AWS VPC CNI sets
+// AWS_VPC_ENI_MTU; the primary ENI stays as the OS set it, and without MTU nothing changes.
+func TestSyncSetsENIMTU(t *testing.T) {
+	w := enihosttest.New(t)
+	mtu := func(name string) int {
+		t.Helper()
+		l, err := w.H.LinkByName(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l.Attrs().MTU
+	}
+	pods := []enihost.Pod{{Addr: netip.MustParseAddr("10.1.1.50"), ENIIndex: 1}}
+	if _, err := (&enihost.Host{Handle: w.H}).Sync(w.ENIs, pods); err != nil {
+		t.Fatal(err)
+	}
+	if mtu("eth0") != 1500 || mtu("eth1") != 1500 {
+		t.Fatalf("without MTU: eth0 %d, eth1 %d, want both left at 1500", mtu("eth0"), mtu("eth1"))
+	}
+	res, err := (&enihost.Host{Handle: w.H, MTU: 9001}).Sync(w.ENIs, pods)
+	if err != nil || len(res.Errors) > 0 {
+		t.Fatalf("sync: %+v %v", res, err)
+	}
+	if mtu("eth0") != 1500 || mtu("eth1") != 9001 {
+		t.Fatalf("with MTU 9001: eth0 %d (the OS's), eth1 %d (want 9001)", mtu("eth0"), mtu("eth1"))
+	}
+}

@@ -92,6 +92,10 @@ type Host struct {
 	// Handle is the netlink handle; nil means the caller's namespace.
 	Handle *netlink.Handle
 	Log    *slog.Logger
+	// MTU, if set, is given to every secondary ENI's link as it is brought up (the AWS VPC
+	// CNI sets AWS_VPC_ENI_MTU on them): the pods' veths carry it, and a link the OS left at
+	// 1500 would not.
+	MTU int
 
 	// routers6 is the IPv6 router last used per ENI link, to log a change once.
 	routers6 map[int]netip.Addr
@@ -465,6 +469,11 @@ func (h *Host) tableRoutes(e ENI, l netlink.Link) error {
 		return err
 	}
 	table := TableBase + e.Index
+	if h.MTU > 0 && l.Attrs().MTU != h.MTU {
+		if err := h.nl().LinkSetMTU(l, h.MTU); err != nil {
+			return fmt.Errorf("enihost: ENI device %d: set %s MTU %d: %w", e.Index, l.Attrs().Name, h.MTU, err)
+		}
+	}
 	if err := h.nl().LinkSetUp(l); err != nil {
 		return fmt.Errorf("enihost: ENI device %d: set %s up: %w", e.Index, l.Attrs().Name, err)
 	}

@@ -667,7 +667,11 @@ func checkAgent(t *testing.T, docs []doc, v values) {
 	if v.Mode == "eni" && len(conflist.Plugins) > 0 && conflist.Plugins[0]["type"] != "ptp" {
 		t.Errorf("ENI mode: the conflist's interface plugin is %v, want ptp", conflist.Plugins[0]["type"])
 	}
-	// ENI mode's default: ptp's veths get the ENI's MTU (eni.mtu), not ptp's 1500.
+	// ENI mode: host routing gives the secondary ENIs eni.mtu, and the default conflist's
+	// ptp gives it to the pods' veths (not ptp's 1500).
+	if got := str(cfg, "cluster", "eni", "mtu"); v.Mode == "eni" && got != strconv.Itoa(v.ENI.MTU) {
+		t.Errorf("agent config cluster.eni.mtu %q, want eni.mtu %d", got, v.ENI.MTU)
+	}
 	if v.Mode == "eni" && isEmpty(v.CNI.Conflist) && len(conflist.Plugins) > 0 {
 		if mtu, _ := conflist.Plugins[0]["mtu"].(float64); int(mtu) != v.ENI.MTU || v.ENI.MTU == 0 {
 			t.Errorf("ENI mode: ptp's mtu is %v, want eni.mtu %d", conflist.Plugins[0]["mtu"], v.ENI.MTU)

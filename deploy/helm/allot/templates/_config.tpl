@@ -32,6 +32,8 @@ refuse to start, and the chart's tests load every example's files with allotd's 
 {{- end -}}
 {{- if eq $v.mode "eni" -}}
 {{- $_ := set $cluster "eni" (deepCopy $v.eni.config) -}}
+{{- /* Host routing gives the secondary ENIs the pods' MTU, as the AWS VPC CNI does. */ -}}
+{{- $_ := set $cluster.eni "mtu" (include "allot.eniMTU" . | atoi) -}}
 {{- end -}}
 {{- if eq $v.mode "clustercidr" -}}
 {{- /* The node's pool is its Node's spec.podCIDRs, which the operator writes. */ -}}
