@@ -108,7 +108,11 @@ type Agent struct {
 	// created: when this agent created its AllotNode (unix ns), until its cache shows it.
 	created atomic.Int64
 	// owner: the AllotNode's owner for its create's retries (nodeOwner).
-	owner   atomic.Pointer[ownerRead]
+	owner atomic.Pointer[ownerRead]
+	// statusAt: when a status write that changes no count in use is due (statusDue; the
+	// sync loop's alone).
+	statusAt time.Time
+
 	reclaim chan struct{}
 	// restored: the pools were restored from the node store (Restore); local: they are
 	// served, the API server being unreachable; reconciled: a sync has since made them the
@@ -540,7 +544,11 @@ func (a *Agent) sync(ctx context.Context) (time.Time, error) {
 	if err != nil {
 		return next, err
 	}
-	return next, a.publish(ctx, m, node, requestedOf(ds))
+	due, err := a.publish(ctx, m, node, requestedOf(ds))
+	if !due.IsZero() && (next.IsZero() || due.Before(next)) {
+		next = due
+	}
+	return next, err
 }
 
 // releaseIdle releases the blocks nobody uses that the demand does not need, once they
@@ -587,8 +595,9 @@ func releaseCandidates(ds []demand) []blockKey {
 }
 
 // publish writes the requests want, and the blocks being released, to the node object's
-// spec, and the pools' usage to its status, each only when it changed.
-func (a *Agent) publish(ctx context.Context, m *ipam.Manager, node *v1alpha1.AllotNode, want []v1alpha1.PoolRequest) error {
+// spec, and the pools' usage to its status, each only when it changed (the status maybe
+// later: statusDue, which it returns while it waits).
+func (a *Agent) publish(ctx context.Context, m *ipam.Manager, node *v1alpha1.AllotNode, want []v1alpha1.PoolRequest) (time.Time, error) {
 	a.mu.Lock()
 	drop := make(map[blockKey]bool, len(a.releasing))
 	for k := range a.releasing {
@@ -598,15 +607,19 @@ func (a *Agent) publish(ctx context.Context, m *ipam.Manager, node *v1alpha1.All
 	_, mustDrop := withoutBlocks(node.Spec.IPAM.Pools.Allocated, drop)
 	if mustDrop || !equalRequested(node.Spec.IPAM.Pools.Requested, want) {
 		if err := a.writeSpec(ctx, want, drop); err != nil {
-			return err
+			return time.Time{}, err
 		}
 	}
-	if st := statusOf(m.Usage()); !equalStatus(node.Status.IPAM, st) {
-		if err := a.writeStatus(ctx, node, st); err != nil {
-			return err
-		}
+	st := statusOf(m.Usage())
+	if equalStatus(node.Status.IPAM, st) {
+		a.statusAt = time.Time{}
+		return time.Time{}, nil
 	}
-	return nil
+	if due := a.statusDue(node.Status.IPAM, st); due.After(a.opts.Now()) {
+		return due, nil
+	}
+	a.statusAt = time.Time{}
+	return time.Time{}, a.writeStatus(ctx, node, st)
 }
 
 // clusterPools registers every IPPool family as a local pool (so the policy can name a pool
