@@ -26,6 +26,8 @@
 // the peak resident memory. GOGC or GOMEMLIMIT in the environment override it.
 //
 // Knobs: ALLOT_SCALE_NODES (nodes), ALLOT_SCALE_WINDOW (steady-state window),
+// ALLOT_SCALE_OPERATOR_WORKERS and ALLOT_SCALE_OPERATOR_QPS (the operator's reconciles at
+// once and its client's rate, burst twice that, in place of its defaults, to compare them),
 // ALLOT_SCALE_PPROF (serve net/http/pprof there during the run), ALLOT_SCALE_HEAPPROFILE
 // (write the heap profile there once the agents stopped, the operator's heap, and to its
 // .fleet before they stop); the benchmark's -cpuprofile covers the whole run. Compare runs

@@ -70,7 +70,7 @@ func run(tb testing.TB, p params) *result {
 	heap0, g0 := liveHeap()
 	opCnt, agCnt := &k8senv.Counter{}, &k8senv.Counter{}
 	lat := newOpLatency(env.Config)
-	stopOp := startOperator(tb, lat.wrap(opCnt.Wrap(operatorConfig(env.Config))))
+	stopOp := startOperator(tb, lat.wrap(opCnt.Wrap(operatorConfig(tb, env.Config))), envInt(tb, "ALLOT_SCALE_OPERATOR_WORKERS", 0))
 	defer stopOp()
 
 	agentCfg, err := env.ServiceAccountConfig(agentServiceAccount)
@@ -188,10 +188,14 @@ func transports(n int, tlsCfg *tls.Config) []http.RoundTripper {
 }
 
 // operatorConfig is the operator's client config as allotd's operator mode builds it from a
-// kubeconfig: no client rate set (the operator applies its defaults).
-func operatorConfig(cfg *rest.Config) *rest.Config {
+// kubeconfig: no client rate set (the operator applies its defaults), unless
+// ALLOT_SCALE_OPERATOR_QPS sets one (burst twice that).
+func operatorConfig(tb testing.TB, cfg *rest.Config) *rest.Config {
 	out := rest.CopyConfig(cfg)
 	out.QPS, out.Burst = 0, 0
+	if qps := envInt(tb, "ALLOT_SCALE_OPERATOR_QPS", 0); qps > 0 {
+		out.QPS, out.Burst = float32(qps), 2*qps
+	}
 	return out
 }
 
@@ -204,14 +208,14 @@ func operatorConfig(cfg *rest.Config) *rest.Config {
 // past 10 s: the term ended and the next one rebuilt from a full list, a cost of the
 // co-location, not of the allocation path this measures. Renewals still come every
 // RetryPeriod (2 s), as in a cluster.
-func startOperator(tb testing.TB, cfg *rest.Config) (stop func()) {
+func startOperator(tb testing.TB, cfg *rest.Config, workers int) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	leader := make(chan struct{}, 1)
 	done := make(chan error, 1)
 	go func() {
 		done <- operator.Run(ctx, operator.Options{
 			RESTConfig: cfg, Identity: "scale", Registry: prometheus.NewRegistry(),
-			LeaseDuration: time.Minute, RenewDeadline: 40 * time.Second,
+			LeaseDuration: time.Minute, RenewDeadline: 40 * time.Second, Workers: workers,
 			Logger:   slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 			OnLeader: func() { leader <- struct{}{} },
 		})
