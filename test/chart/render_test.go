@@ -129,11 +129,12 @@ func TestChartENIMTURefused(t *testing.T) {
 }
 
 // TestChartTemplate renders every case, decodes every object into its Go type strictly (an
-// unknown field is an error) and checks what the chart promises.
+// unknown field is an error) and checks what the chart promises, as for the oldest Kubernetes
+// it admits.
 func TestChartTemplate(t *testing.T) {
 	for _, c := range allCases(t) {
 		t.Run(c.name, func(t *testing.T) {
-			docs := decodeStrict(t, template(t, c))
+			docs := decodeStrict(t, template(t, c, kubeVersionArgs(t)...))
 			vals := effectiveValues(t, c)
 			checkNamespaces(t, docs)
 			checkReferences(t, docs)
@@ -143,6 +144,7 @@ func TestChartTemplate(t *testing.T) {
 			checkPools(t, docs, vals)
 			checkClusterPodCIDRs(t, docs, vals)
 			checkFlowSchema(t, docs, vals)
+			checkServedAtFloor(t, docs)
 		})
 	}
 }
