@@ -13,7 +13,7 @@
 // VPC CNI's IPv6 prefix delegation gives it) gets the two rules for the whole prefix
 // instead of one pair per pod, and the ENI's table a default route via the VPC router's
 // link-local address out of that ENI (learnt from the kernel's router discovery on that
-// link, IPv6Router until known). Tables are numbered device index + TableBase; rules and table
+// link, IPv6Router until known; accept_ra is left as found, see ipv6Router). Tables are numbered device index + TableBase; rules and table
 // routes carry allot's protocol number (Protocol), pod routes their own (PodRouteProtocol),
 // so a restarted agent finds its own and removes the stale ones without touching anything
 // else, node routes included.
@@ -72,9 +72,11 @@ type ENI struct {
 
 // IPv6Router is the next hop of an ENI table's IPv6 default route until the kernel has
 // learnt the VPC router's link-local address on that ENI from a router advertisement
-// (ipv6Router): the AWS VPC CNI assumes fe80::1 (its pods' own next hop in IPv6 mode is the
-// same address), but the router's address on a link is whatever it advertises.
-var IPv6Router = netip.MustParseAddr("fe80::1")
+// (ipv6Router): fe80:ec2::1, the link-local address the VPC reserves for its router beside
+// the EUI-64 one it advertises (Amazon VPC user guide, "Subnet CIDR blocks"), which the AWS
+// VPC CNI (networkutils.GetIPv6Gateway) and Cilium's ENI IPAM use for every ENI. Not fe80::1:
+// that is the pods' own next hop, which their host-side veth answers, not the VPC.
+var IPv6Router = netip.MustParseAddr("fe80:ec2::1")
 
 // Pod is one pod address, the ENI device index that holds it and the pod's host-side veth.
 type Pod struct {

@@ -194,8 +194,8 @@ func TestSyncRoutesIPv6PrefixThroughItsENI(t *testing.T) {
 		}
 		return rs[0].LinkIndex, rs[0].Gw
 	}
-	if oif, gw := egress(a1); oif != idx["eth1"] || !gw.Equal(net.ParseIP("fe80::1")) {
-		t.Fatalf("pod of the secondary ENI's /80 leaves through ifindex %d via %s, want eth1 (%d) via fe80::1", oif, gw, idx["eth1"])
+	if oif, gw := egress(a1); oif != idx["eth1"] || !gw.Equal(IPv6Router.AsSlice()) {
+		t.Fatalf("pod of the secondary ENI's /80 leaves through ifindex %d via %s, want eth1 (%d) via %s", oif, gw, idx["eth1"], IPv6Router)
 	}
 	if oif, _ := egress(a0); oif != idx["eth0"] {
 		t.Fatalf("pod of the primary ENI's /80 leaves through ifindex %d, want eth0", oif)
@@ -256,7 +256,7 @@ func TestSyncRoutesIPv6PrefixThroughItsENI(t *testing.T) {
 
 // TestIPv6RouterLearntPerENI: the IPv6 default route of a secondary ENI's table goes via
 // the router the kernel learnt on that ENI's link: an RA-installed default route's next hop
-// first, else a neighbour flagged as a router, else fe80::1; a change shows at the next sync,
+// first, else a neighbour flagged as a router, else IPv6Router; a change shows at the next sync,
 // and a router learnt stays once the kernel forgets it.
 func TestIPv6RouterLearntPerENI(t *testing.T) {
 	ns := newNS(t)
@@ -295,7 +295,7 @@ func TestIPv6RouterLearntPerENI(t *testing.T) {
 			t.Fatalf("table %d: %v, want one default route via %s dev eth1", TableBase+1, rs, want)
 		}
 	}
-	wantVia("fe80::1")
+	wantVia(IPv6Router.String())
 
 	// A router advertisement on eth1, as the kernel records it: default via the router's
 	// link-local address, proto ra. One on another link does not count.

@@ -14,7 +14,12 @@ import (
 // it (RFC 4861 router discovery): the next hop of an IPv6 default route the kernel installed
 // from a router advertisement on that link (main table, proto ra), else a neighbour of that
 // link flagged as a router (from its router advertisements, or a neighbour advertisement
-// with the router flag). Once learnt it
+// with the router flag). A node forwards, so unless accept_ra is 2 the kernel takes no route
+// from an advertisement, yet still records its sender as a router neighbour: that suffices,
+// and accept_ra stays as found. At 2 the kernel would put each secondary ENI's default route
+// and subnet in the main table beside the primary's, so the node's own traffic could leave
+// through them; the AWS VPC CNI sets it on the primary ENI only (its v1.16.0 change "No need
+// to set accept_ra or accept_redirects for non-primary interfaces"). Once learnt it
 // stays while neither is known (a neighbour entry expires; a restarted agent finds it in the
 // ENI's table, table); IPv6Router until then. The Controller's periodic resync picks up an
 // advertisement that arrives, or changes, later.

@@ -27,9 +27,13 @@ var (
 	External6 = netip.MustParseAddr("2001:db8:ffff::9")
 )
 
-// linkLocalGW is the next hop of IPv6 default routes: the VPC router on every ENI, and the
-// pod's gateway on its veth (the AWS VPC CNI's IPv6 mode).
-var linkLocalGW = net.ParseIP("fe80::1")
+var (
+	// vpcRouter6 is the VPC router's link-local address on every ENI: the one the VPC
+	// reserves for it, host routing's fallback.
+	vpcRouter6 = net.IP(enihost.IPv6Router.AsSlice())
+	// podGW6 is the pod's IPv6 gateway on its veth (the AWS VPC CNI's IPv6 mode).
+	podGW6 = net.ParseIP("fe80::1")
+)
 
 func ipnet(s string) *net.IPNet {
 	ip, n, err := net.ParseCIDR(s)
@@ -47,7 +51,7 @@ func ipnet(s string) *net.IPNet {
 // out of the wrong ENI is dropped; for IPv6, which has no reverse-path filter, blackhole
 // rules per pod address and wrong ENI); pods are namespaces joined to the host by veths, each
 // with the AWS VPC CNI's pod side (a /32 and a default route via 169.254.1.1 on-link, a /128
-// and a default route via fe80::1). The VPC router answers at fe80::1 on every ENI.
+// and a default route via fe80::1). The VPC router answers at fe80:ec2::1 on every ENI.
 type World struct {
 	t      *testing.T
 	prefix string
@@ -93,7 +97,7 @@ func New(t *testing.T) *World {
 		vl, err := vh.LinkByName("vpc" + name)
 		w.Must(err)
 		w.Must(vh.AddrAdd(vl, &netlink.Addr{IPNet: ipnet(sub + ".1/24")}))
-		w.Must(vh.AddrAdd(vl, &netlink.Addr{IPNet: ipnet("fe80::1/64"), Flags: unix.IFA_F_NODAD}))
+		w.Must(vh.AddrAdd(vl, &netlink.Addr{IPNet: &net.IPNet{IP: vpcRouter6, Mask: net.CIDRMask(64, 128)}, Flags: unix.IFA_F_NODAD}))
 		w.Must(vh.LinkSetUp(vl))
 		w.ENIs = append(w.ENIs, enihost.ENI{Index: i, MAC: macs[i], Subnet: netip.MustParsePrefix(sub + ".0/24")})
 	}
@@ -107,7 +111,7 @@ func New(t *testing.T) *World {
 	w.Must(w.H.LinkSetUp(hlo))
 	eth0, _ := w.H.LinkByName("eth0")
 	w.Must(w.H.RouteAdd(&netlink.Route{LinkIndex: eth0.Attrs().Index, Dst: ipnet("0.0.0.0/0"), Gw: net.ParseIP("10.1.0.1")}))
-	w.Must(w.H.RouteAdd(&netlink.Route{LinkIndex: eth0.Attrs().Index, Dst: ipnet("::/0"), Gw: linkLocalGW}))
+	w.Must(w.H.RouteAdd(&netlink.Route{LinkIndex: eth0.Attrs().Index, Dst: ipnet("::/0"), Gw: vpcRouter6}))
 	w.sysctl(w.Host, "net/ipv4/ip_forward", "1")
 	w.sysctl(w.Host, "net/ipv6/conf/all/forwarding", "1")
 	for _, k := range []string{"all", "default", "vpceth0", "vpceth1"} {
@@ -205,7 +209,7 @@ func (w *World) AddAddr(name string, addr netip.Addr, eni int) {
 	pl, err := ph.LinkByName("eth0")
 	w.Must(err)
 	w.Must(ph.AddrAdd(pl, &netlink.Addr{IPNet: &net.IPNet{IP: addr.AsSlice(), Mask: net.CIDRMask(addr.BitLen(), addr.BitLen())}, Flags: unix.IFA_F_NODAD}))
-	gw := linkLocalGW
+	gw := podGW6
 	if addr.Is4() {
 		gw = net.ParseIP("169.254.1.1").To4()
 		w.Must(ph.RouteAdd(&netlink.Route{LinkIndex: pl.Attrs().Index, Dst: &net.IPNet{IP: gw, Mask: net.CIDRMask(32, 32)}, Scope: netlink.SCOPE_LINK}))
