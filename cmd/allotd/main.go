@@ -68,7 +68,7 @@ func main() {
 	}
 	cmd.Flags().StringVarP(&cfgPath, "config", "c", os.Getenv("ALLOT_CONFIG"), "configuration file (YAML); env ALLOT_CONFIG")
 	config.RegisterFlags(cmd.Flags())
-	cmd.AddCommand(newInstallCNICommand(), newStoreCommand())
+	cmd.AddCommand(newInstallCNICommand(), newAcceptRACommand(), newStoreCommand())
 	if err := cmd.ExecuteContext(context.Background()); err != nil {
 		fmt.Fprintln(os.Stderr, "allotd:", err)
 		if advice := storeAdvice(err, storePath); advice != "" && cmd.CalledAs() == "allotd" {

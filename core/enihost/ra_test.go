@@ -38,25 +38,7 @@ func TestIPv6RouterFromRouterAdvertisement(t *testing.T) {
 		}
 	}
 	mac, _ := net.ParseMAC("02:00:00:00:03:01")
-	routerMAC, _ := net.ParseMAC("02:00:00:00:03:a1")
-	must(h.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "eth1", HardwareAddr: mac}, PeerName: "vpc0", PeerHardwareAddr: routerMAC}))
-	eth1, err := h.LinkByName("eth1")
-	must(err)
-	peer, err := h.LinkByName("vpc0")
-	must(err)
-	must(h.LinkSetNsFd(peer, int(vpc)))
-	must(h.LinkSetUp(eth1))
-	router := netip.MustParseAddr("fe80::a1")
-	must(topo.In(vpc, func() error {
-		l, err := netlink.LinkByName("vpc0")
-		if err != nil {
-			return err
-		}
-		if err := netlink.AddrAdd(l, &netlink.Addr{IPNet: ipnet(router.String() + "/64"), Flags: unix.IFA_F_NODAD}); err != nil {
-			return err
-		}
-		return netlink.LinkSetUp(l)
-	}))
+	router, routerMAC := raPeer(t, h, vpc, "eth1", mac)
 	acceptRA := "/proc/sys/net/ipv6/conf/eth1/accept_ra"
 	var before string
 	must(topo.In(ns, func() error {

@@ -67,6 +67,10 @@ func variantCases() []valuesCase {
 		{name: "monitoring-multipool", set: monitoringSet},
 		{name: "no-flowschema", set: []string{"apiPriorityAndFairness.enabled=false"}},
 		{name: "eni-mtu", file: "aws-eni.yaml", set: []string{"eni.mtu=1500"}},
+		{name: "eni-ipv6", file: "aws-eni.yaml", set: []string{"eni.config.ipv6PrefixDelegation=true"}},
+		{name: "eni-ipv6-node", file: "aws-eni.yaml", set: []string{"eni.config.node.ipv6PrefixDelegation=true"}},
+		{name: "eni-ipv6-off", file: "aws-eni.yaml", set: []string{"eni.config.ipv6PrefixDelegation=false", "eni.config.prefixDelegation=true"}},
+		{name: "ipv6-prefix-outside-eni", set: []string{"eni.config.ipv6PrefixDelegation=true"}},
 	}
 }
 
@@ -183,7 +187,11 @@ type values struct {
 		MTU        int    `json:"mtu"`
 		IAMRoleArn string `json:"iamRoleArn"`
 		Config     struct {
-			HostRouting *bool `json:"hostRouting"`
+			HostRouting          *bool `json:"hostRouting"`
+			IPv6PrefixDelegation bool  `json:"ipv6PrefixDelegation"`
+			Node                 struct {
+				IPv6PrefixDelegation bool `json:"ipv6PrefixDelegation"`
+			} `json:"node"`
 		} `json:"config"`
 	} `json:"eni"`
 	PluginFiles struct {
@@ -234,6 +242,11 @@ func isEmpty(x any) bool {
 // eniHostRouting: the agent sets up ENI host routing (cluster.eni.hostRouting, on by default).
 func (v values) eniHostRouting() bool {
 	return v.Mode == "eni" && (v.ENI.Config.HostRouting == nil || *v.ENI.Config.HostRouting)
+}
+
+// eniIPv6: ENI mode gives pods IPv6 (the cluster's or the node's ipv6PrefixDelegation).
+func (v values) eniIPv6() bool {
+	return v.Mode == "eni" && (v.ENI.Config.IPv6PrefixDelegation || v.ENI.Config.Node.IPv6PrefixDelegation)
 }
 
 // effectiveValues asks helm for the values it renders with (defaults merged with the case's),
@@ -395,6 +408,37 @@ func container(t *testing.T, spec corev1.PodSpec, name string) corev1.Container 
 	return corev1.Container{}
 }
 
+// checkAcceptRA: in ENI mode with IPv6, and only there, a privileged init container sets the
+// primary ENI's accept_ra (allotd accept-ra); no other container is privileged unless
+// agent.privileged asks for it.
+func checkAcceptRA(t *testing.T, spec corev1.PodSpec, v values) {
+	t.Helper()
+	i := slices.IndexFunc(spec.InitContainers, func(c corev1.Container) bool { return c.Name == "accept-ra" })
+	if (i >= 0) != v.eniIPv6() {
+		t.Fatalf("accept-ra init container rendered: %v, want %v (mode %s, ENI IPv6 %v)", i >= 0, v.eniIPv6(), v.Mode, v.eniIPv6())
+	}
+	for _, c := range append(slices.Clone(spec.InitContainers), spec.Containers...) {
+		sc := c.SecurityContext
+		privileged := sc != nil && sc.Privileged != nil && *sc.Privileged
+		if want := v.Agent.Privileged || c.Name == "accept-ra"; privileged != want {
+			t.Errorf("agent pod: container %s privileged %v, want %v", c.Name, privileged, want)
+		}
+	}
+	if i < 0 {
+		return
+	}
+	c := spec.InitContainers[i]
+	if got := append(slices.Clone(c.Command), c.Args...); !slices.Equal(got, []string{"/usr/local/bin/allotd", "accept-ra"}) {
+		t.Errorf("accept-ra: runs %v, want allotd accept-ra", got)
+	}
+	if len(c.VolumeMounts) != 0 {
+		t.Errorf("accept-ra: mounts %v, wants none (the host's /proc/sys/net through hostNetwork)", c.VolumeMounts)
+	}
+	if !spec.HostNetwork {
+		t.Errorf("accept-ra: needs the host's network namespace, whose sysctls it sets")
+	}
+}
+
 func hostPort(t *testing.T, addr string) (string, int32) {
 	t.Helper()
 	ap, err := netip.ParseAddrPort(addr)
@@ -488,6 +532,7 @@ func checkAgent(t *testing.T, docs []doc, v values) {
 	if !slices.ContainsFunc(spec.InitContainers, func(c corev1.Container) bool { return c.Name == "install-cni" }) {
 		t.Errorf("install-cni must be an init container")
 	}
+	checkAcceptRA(t, spec, v)
 
 	agent := container(t, spec, "agent")
 	host, port := hostPort(t, v.Agent.HTTPAddress)

@@ -183,6 +183,12 @@ plugins:
 {{- if and (eq .Values.mode "eni") (ne (toString (dig "hostRouting" true .Values.eni.config)) "false") }}true{{ end -}}
 {{- end -}}
 
+{{/* ENI mode giving pods IPv6 (cluster.eni.ipv6PrefixDelegation, or the node's): "true" or "". */}}
+{{- define "allot.eniIPv6" -}}
+{{- $c := .Values.eni.config -}}
+{{- if and (eq .Values.mode "eni") (or (eq (toString (dig "ipv6PrefixDelegation" false $c)) "true") (eq (toString (dig "node" "ipv6PrefixDelegation" false $c)) "true")) }}true{{ end -}}
+{{- end -}}
+
 {{/* Environment shared by agent and operator. */}}
 {{- define "allot.commonEnv" -}}
 - name: NODE_NAME

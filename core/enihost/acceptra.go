@@ -1,0 +1,166 @@
+package enihost
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// AcceptRAAll is the accept_ra value that keeps router advertisements working while the node
+// forwards. The kernel takes nothing from an advertisement on a forwarding node unless
+// accept_ra is 2, and turning net.ipv6.conf.all.forwarding on removes every RA-learnt
+// default route of a link whose accept_ra is not 2 (rt6_purge_dflt_routers). The ptp plugin
+// turns forwarding on at the first IPv6 pod: at 1 (the default) the node loses the IPv6
+// default route of its primary ENI then and learns none again. The AWS VPC CNI's init
+// container (aws-vpc-cni-init) sets it to 2 on the primary ENI for the same reason, and only
+// there (secondary ENIs at 2 would put their default routes in the main table, see
+// ipv6Router).
+const AcceptRAAll = "2"
+
+// AcceptRAOptions says where SetPrimaryAcceptRA works.
+type AcceptRAOptions struct {
+	// Interface is the primary ENI's link; empty: PrimaryLink finds it.
+	Interface string
+	// ProcSys is where the sysctls are ("/proc/sys" when empty); they are those of the
+	// calling thread's network namespace.
+	ProcSys string
+	// Handle reads links and routes (the calling thread's namespace when nil).
+	Handle *netlink.Handle
+	Log    *slog.Logger
+}
+
+// AcceptRAResult is what SetPrimaryAcceptRA found and did.
+type AcceptRAResult struct {
+	Interface string
+	// Why the interface is the primary: "given", "IPv6 default route", "IPv4 default route".
+	Why string
+	// Before is accept_ra as found; Changed is false when it already was 2.
+	Before  string
+	Changed bool
+}
+
+// SetPrimaryAcceptRA sets net.ipv6.conf.<primary>.accept_ra to 2 (AcceptRAAll), so that the
+// node keeps the IPv6 default route it learnt from the VPC router's advertisements once it
+// forwards. Idempotent: a value already 2 is left alone. Nothing else is changed:
+// forwarding stays the interface plugin's to turn on (ptp does at the first IPv6 pod), and
+// with accept_ra at 2 that no longer costs the route.
+func SetPrimaryAcceptRA(o AcceptRAOptions) (AcceptRAResult, error) {
+	res := AcceptRAResult{Interface: o.Interface, Why: "given"}
+	if res.Interface == "" {
+		name, why, err := PrimaryLink(o.Handle)
+		if err != nil {
+			return res, err
+		}
+		res.Interface, res.Why = name, why
+	} else if err := checkLink(o.Handle, res.Interface); err != nil {
+		return res, err
+	}
+	name := "net.ipv6.conf." + res.Interface + ".accept_ra"
+	procSys := o.ProcSys
+	if procSys == "" {
+		procSys = "/proc/sys"
+	}
+	// The kernel's directory for an interface is named as the interface (dots included).
+	p := filepath.Join(procSys, "net", "ipv6", "conf", res.Interface, "accept_ra")
+	before, err := readSysctl(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return res, fmt.Errorf("%s: interface %s has no IPv6 configuration (%s missing: IPv6 off in the kernel?)", name, res.Interface, p)
+	}
+	if err != nil {
+		return res, fmt.Errorf("%s: interface %s: %w", name, res.Interface, err)
+	}
+	res.Before = before
+	log := o.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if before == AcceptRAAll {
+		log.Info("sysctl already set", "sysctl", name, "value", before, "interface", res.Interface, "primary-by", res.Why)
+		return res, nil
+	}
+	if err := os.WriteFile(p, []byte(AcceptRAAll), 0o644); err != nil {
+		return res, fmt.Errorf("%s: interface %s: setting %s (was %s): %w (the container must be privileged: /proc/sys is read-only otherwise)",
+			name, res.Interface, AcceptRAAll, before, err)
+	}
+	after, err := readSysctl(p)
+	if err != nil || after != AcceptRAAll {
+		return res, fmt.Errorf("%s: interface %s: reads %q after writing %s: %v", name, res.Interface, after, AcceptRAAll, err)
+	}
+	res.Changed = true
+	log.Info("sysctl set", "sysctl", name, "from", before, "to", after, "interface", res.Interface, "primary-by", res.Why)
+	return res, nil
+}
+
+func readSysctl(p string) (string, error) {
+	b, err := os.ReadFile(p)
+	return strings.TrimSpace(string(b)), err
+}
+
+func checkLink(h *netlink.Handle, name string) error {
+	if _, err := nl(h).LinkByName(name); err != nil {
+		return fmt.Errorf("net.ipv6.conf.%s.accept_ra: interface %s: %w", name, name, err)
+	}
+	return nil
+}
+
+func nl(h *netlink.Handle) *netlink.Handle {
+	if h == nil {
+		return &netlink.Handle{}
+	}
+	return h
+}
+
+// PrimaryLink is the node's primary ENI: the link of the main table's IPv6 default route
+// (lowest metric), which is what accept_ra must protect; else, when there is none (not yet
+// learnt, or already lost to forwarding), the link of the IPv4 default route, which on EC2
+// leaves through the primary ENI (device index 0, the ENI that holds the node's address).
+func PrimaryLink(h *netlink.Handle) (name, why string, err error) {
+	for _, f := range []struct {
+		family int
+		why    string
+	}{{netlink.FAMILY_V6, "IPv6 default route"}, {netlink.FAMILY_V4, "IPv4 default route"}} {
+		idx, err := defaultRouteLink(nl(h), f.family)
+		if err != nil {
+			return "", "", fmt.Errorf("primary interface: %s: %w", f.why, err)
+		}
+		if idx == 0 {
+			continue
+		}
+		l, err := nl(h).LinkByIndex(idx)
+		if err != nil {
+			return "", "", fmt.Errorf("primary interface: link %d of the %s: %w", idx, f.why, err)
+		}
+		return l.Attrs().Name, f.why, nil
+	}
+	return "", "", errors.New("primary interface: no IPv6 or IPv4 default route in the main table: name the interface (--interface)")
+}
+
+// defaultRouteLink is the link of the main table's default route of family with the lowest
+// metric (the first hop of a multipath route), 0 if there is none.
+func defaultRouteLink(h *netlink.Handle, family int) (int, error) {
+	rs, err := h.RouteListFiltered(family, &netlink.Route{Table: unix.RT_TABLE_MAIN}, netlink.RT_FILTER_TABLE)
+	if err != nil {
+		return 0, err
+	}
+	link, metric := 0, 0
+	for _, r := range rs {
+		if r.Dst != nil && !isDefault(r.Dst) || r.Type != unix.RTN_UNICAST {
+			continue
+		}
+		idx := r.LinkIndex
+		if idx == 0 && len(r.MultiPath) > 0 {
+			idx = r.MultiPath[0].LinkIndex
+		}
+		if idx != 0 && (link == 0 || r.Priority < metric) {
+			link, metric = idx, r.Priority
+		}
+	}
+	return link, nil
+}
