@@ -15,10 +15,11 @@ import (
 // opLatency times the operator's writes of AllotNode specs (PUT allotnodes, not the status)
 // at the client and reads the API server's own time for them (apiserver_request_duration
 // seconds; the agents write specs only to give blocks back, not during the start): the
-// progress lines print both per interval. The operator writes a node's spec and then its
-// status, each a round trip, from DefaultWorkers reconciles at once, so its rate is the
-// workers over two round trips while that time is long (seconds at the API server while the
-// agents start), and the difference between the two times is this process's own delay.
+// progress lines print both per interval. The operator writes a node's spec, a round trip
+// (its status waits: statusWait), from DefaultWorkers reconciles at once, so its rate is
+// the workers over that time while it is long (seconds at the API server while the agents
+// start), else its client's rate (DefaultQPS), and the difference between the two times is
+// this process's own delay.
 type opLatency struct {
 	admin *rest.Config
 
