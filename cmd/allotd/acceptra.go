@@ -20,8 +20,9 @@ func newAcceptRACommand() *cobra.Command {
 main table's IPv6 default route, else of its IPv4 default route, unless --interface names it.
 The ptp plugin turns on net.ipv6.conf.all.forwarding at the first IPv6 pod; with accept_ra 1
 (the default) the kernel then drops the default route it learnt from the VPC router's
-advertisements and learns no other. At 2 it keeps it. A value already 2 is left alone; the
-change is logged. Needs a writable /proc/sys (a privileged container) in the host's network
+advertisements and learns no other. At 2 it keeps it, and a link that already lost it gets a
+router solicitation, whose answer restores it. A value already 2 is left alone; the change is
+logged. Needs a writable /proc/sys (a privileged container) in the host's network
 namespace.`,
 		Args:          cobra.NoArgs,
 		SilenceUsage:  true,

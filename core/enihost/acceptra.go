@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -44,13 +45,17 @@ type AcceptRAResult struct {
 	// Before is accept_ra as found; Changed is false when it already was 2.
 	Before  string
 	Changed bool
+	// Solicited: a router solicitation went out, the link having no IPv6 default route.
+	Solicited bool
 }
 
 // SetPrimaryAcceptRA sets net.ipv6.conf.<primary>.accept_ra to 2 (AcceptRAAll), so that the
 // node keeps the IPv6 default route it learnt from the VPC router's advertisements once it
-// forwards. Idempotent: a value already 2 is left alone. Nothing else is changed:
-// forwarding stays the interface plugin's to turn on (ptp does at the first IPv6 pod), and
-// with accept_ra at 2 that no longer costs the route.
+// forwards. Idempotent: a value already 2 is left alone. When it changed the value and the
+// link has no IPv6 default route (already lost), it solicits the router, which answers with
+// the advertisement that restores it. Nothing else is changed: forwarding stays the
+// interface plugin's to turn on (ptp does at the first IPv6 pod), and with accept_ra at 2
+// that no longer costs the route.
 func SetPrimaryAcceptRA(o AcceptRAOptions) (AcceptRAResult, error) {
 	res := AcceptRAResult{Interface: o.Interface, Why: "given"}
 	if res.Interface == "" {
@@ -95,7 +100,64 @@ func SetPrimaryAcceptRA(o AcceptRAOptions) (AcceptRAResult, error) {
 	}
 	res.Changed = true
 	log.Info("sysctl set", "sysctl", name, "from", before, "to", after, "interface", res.Interface, "primary-by", res.Why)
+	res.Solicited = solicitIfNoRoute(nl(o.Handle), res.Interface, log)
 	return res, nil
+}
+
+// solicitIfNoRoute sends a router solicitation on link when it holds no IPv6 default route:
+// a node whose route forwarding already removed (an upgrade, the agent's first start after
+// pods ran) would otherwise wait for the router's next unsolicited advertisement. Best
+// effort: the sysctl is what matters, so a failure is only logged.
+func solicitIfNoRoute(h *netlink.Handle, link string, log *slog.Logger) bool {
+	l, err := h.LinkByName(link)
+	if err != nil {
+		log.Warn("router solicitation not sent", "interface", link, "err", err)
+		return false
+	}
+	if idx, err := defaultRouteLink(h, netlink.FAMILY_V6); err == nil && idx == l.Attrs().Index {
+		return false
+	}
+	if err := solicitRouter(l.Attrs().Index, l.Attrs().HardwareAddr); err != nil {
+		log.Warn("router solicitation not sent", "interface", link, "err", err)
+		return false
+	}
+	log.Info("no IPv6 default route: router solicitation sent", "interface", link)
+	return true
+}
+
+// ndpSocket is a raw ICMPv6 socket for neighbour discovery messages, whose hop limit must be
+// 255 (RFC 4861 6.1: a receiver drops others, as possibly from off link).
+func ndpSocket() (int, error) {
+	fd, err := unix.Socket(unix.AF_INET6, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.IPPROTO_ICMPV6)
+	if err != nil {
+		return -1, fmt.Errorf("raw ICMPv6 socket: %w", err)
+	}
+	if err := unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_MULTICAST_HOPS, 255); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("raw ICMPv6 socket: hop limit: %w", err)
+	}
+	return fd, nil
+}
+
+// solicitRouter sends a router solicitation (RFC 4861 4.1) out of link to all routers, with
+// the link's MAC as source link-layer address so the router can answer at once; the kernel
+// picks the link-local source address and computes the checksum. The raw socket is in the
+// calling thread's network namespace.
+func solicitRouter(link int, mac net.HardwareAddr) error {
+	fd, err := ndpSocket()
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	rs := []byte{133, 0, 0, 0, 0, 0, 0, 0}
+	if len(mac) == 6 {
+		rs = append(append(rs, 1, 1), mac...)
+	}
+	allRouters := [16]byte{0xff, 0x02, 15: 0x02}
+	if err := unix.Sendto(fd, rs, 0, &unix.SockaddrInet6{Addr: allRouters, ZoneId: uint32(link)}); err != nil {
+		return fmt.Errorf("send to ff02::2: %w", err)
+	}
+	return nil
 }
 
 func readSysctl(p string) (string, error) {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,41 +25,15 @@ import (
 // not forwarding) loses it the moment forwarding is turned on, as ptp does at the first IPv6
 // pod; once SetPrimaryAcceptRA set accept_ra to 2 on that link, the route survives it.
 func TestPrimaryAcceptRAKeepsTheDefaultRoute(t *testing.T) {
-	ns, vpc := newNS(t), newPeerNS(t)
-	h, err := netlink.NewHandleAt(ns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
-	router, routerMAC := raPeer(t, h, vpc, "eth0", nil)
-	sysctl := func(p, v string) {
-		t.Helper()
-		if err := topo.In(ns, func() error { return os.WriteFile("/proc/sys/"+p, []byte(v), 0o644) }); err != nil {
-			t.Fatal(err)
-		}
-	}
-	sysctl("net/ipv6/conf/all/forwarding", "0")
-	learn := func(what string) {
-		t.Helper()
-		testenv.Eventually(t, 30*time.Second, what, func() (bool, string) {
-			if err := topo.In(vpc, func() error { return sendRA(router, "vpc0", routerMAC) }); err != nil {
-				return false, err.Error()
-			}
-			r, desc := raDefaultRoute(h)
-			return r != nil && r.Gw.Equal(router.AsSlice()), desc
-		})
-	}
-	learn("the IPv6 default route from the router advertisement")
-	sysctl("net/ipv6/conf/all/forwarding", "1")
-	if r, _ := raDefaultRoute(h); r != nil {
-		t.Fatalf("accept_ra 1: the default route %s survived forwarding; the test no longer reproduces the loss", r)
-	}
-	sysctl("net/ipv6/conf/all/forwarding", "0")
-	learn("the IPv6 default route, learnt again")
+	n := newRANode(t)
+	n.loseRoute()
+	n.forwarding("0")
+	n.learn("the IPv6 default route, learnt again")
+	ns, h := n.ns, n.h
 
 	var logs bytes.Buffer
 	var res AcceptRAResult
-	err = topo.In(ns, func() error {
+	err := topo.In(ns, func() (err error) {
 		res, err = SetPrimaryAcceptRA(AcceptRAOptions{Handle: h, Log: slog.New(slog.NewTextHandler(&logs, nil))})
 		return err
 	})
@@ -68,7 +43,7 @@ func TestPrimaryAcceptRAKeepsTheDefaultRoute(t *testing.T) {
 	if !strings.Contains(logs.String(), "sysctl=net.ipv6.conf.eth0.accept_ra from=1 to=2") {
 		t.Errorf("log does not say what changed: %s", logs.String())
 	}
-	sysctl("net/ipv6/conf/all/forwarding", "1")
+	n.forwarding("1")
 	if r, desc := raDefaultRoute(h); r == nil {
 		t.Fatalf("accept_ra 2: the default route went with forwarding: %s", desc)
 	}
@@ -80,6 +55,146 @@ func TestPrimaryAcceptRAKeepsTheDefaultRoute(t *testing.T) {
 	if err != nil || res.Changed || res.Before != "2" || res.Interface != "eth0" {
 		t.Fatalf("second run: %+v %v", res, err)
 	}
+}
+
+// TestPrimaryAcceptRARestoresALostRoute: on a node that already lost its RA-learnt route to
+// forwarding (the agent's first start after IPv6 pods ran), setting accept_ra solicits the
+// router, and its answer brings the route back, although the node forwards.
+func TestPrimaryAcceptRARestoresALostRoute(t *testing.T) {
+	n := newRANode(t)
+	n.loseRoute()
+	ns, vpc, h, router, routerMAC := n.ns, n.vpc, n.h, n.router, n.routerMAC
+	// A solicitation goes from the link's link-local address, which is tentative for a
+	// moment after the link comes up (duplicate address detection); a node's is long settled.
+	testenv.Eventually(t, 30*time.Second, "eth0's link-local address past duplicate address detection", func() (bool, string) {
+		l, err := h.LinkByName("eth0")
+		if err != nil {
+			return false, err.Error()
+		}
+		as, err := h.AddrList(l, netlink.FAMILY_V6)
+		for _, a := range as {
+			if a.IP.IsLinkLocalUnicast() && a.Flags&unix.IFA_F_TENTATIVE == 0 {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprint(as, err)
+	})
+	solicited := answerSolicitations(t, vpc, router, routerMAC)
+	var res AcceptRAResult
+	err := topo.In(ns, func() (err error) {
+		res, err = SetPrimaryAcceptRA(AcceptRAOptions{Interface: "eth0", Handle: h, Log: slog.New(slog.NewTextHandler(t.Output(), nil))})
+		return err
+	})
+	if err != nil || !res.Changed || !res.Solicited {
+		t.Fatalf("SetPrimaryAcceptRA: %+v %v", res, err)
+	}
+	testenv.Eventually(t, 30*time.Second, "the default route, from the answer to the solicitation", func() (bool, string) {
+		r, desc := raDefaultRoute(h)
+		return r != nil && solicited.Load() > 0, fmt.Sprintf("%s; solicitations %d", desc, solicited.Load())
+	})
+}
+
+// raNode is a node namespace whose eth0 faces a router (vpc0 in vpc), not forwarding yet.
+type raNode struct {
+	t         *testing.T
+	ns, vpc   netns.NsHandle
+	h         *netlink.Handle
+	router    netip.Addr
+	routerMAC net.HardwareAddr
+}
+
+func newRANode(t *testing.T) *raNode {
+	n := &raNode{t: t, ns: newNS(t), vpc: newPeerNS(t)}
+	h, err := netlink.NewHandleAt(n.ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.Close)
+	n.h = h
+	n.router, n.routerMAC = raPeer(t, h, n.vpc, "eth0", nil)
+	n.forwarding("0")
+	return n
+}
+
+// forwarding sets net.ipv6.conf.all.forwarding in the node, as ptp does.
+func (n *raNode) forwarding(v string) {
+	n.t.Helper()
+	if err := topo.In(n.ns, func() error { return os.WriteFile("/proc/sys/net/ipv6/conf/all/forwarding", []byte(v), 0o644) }); err != nil {
+		n.t.Fatal(err)
+	}
+}
+
+// learn has the router advertise until the node's main table holds the RA default route.
+func (n *raNode) learn(what string) {
+	n.t.Helper()
+	testenv.Eventually(n.t, 30*time.Second, what, func() (bool, string) {
+		if err := topo.In(n.vpc, func() error { return sendRA(n.router, "vpc0", n.routerMAC) }); err != nil {
+			return false, err.Error()
+		}
+		r, desc := raDefaultRoute(n.h)
+		return r != nil && r.Gw.Equal(n.router.AsSlice()), desc
+	})
+}
+
+// loseRoute reproduces the loss: the node learns its default route from the router at
+// accept_ra 1, then forwarding on removes it.
+func (n *raNode) loseRoute() {
+	n.t.Helper()
+	n.learn("the IPv6 default route from the router advertisement")
+	n.forwarding("1")
+	if r, _ := raDefaultRoute(n.h); r != nil {
+		n.t.Fatalf("accept_ra 1: the default route %s survived forwarding; the test no longer reproduces the loss", r)
+	}
+}
+
+// answerSolicitations answers every router solicitation reaching vpc0 in vpc with an
+// advertisement, until the test ends; it counts them.
+func answerSolicitations(t *testing.T, vpc netns.NsHandle, router netip.Addr, mac net.HardwareAddr) *atomic.Int32 {
+	t.Helper()
+	var fd int
+	err := topo.In(vpc, func() (err error) {
+		ifi, err := net.InterfaceByName("vpc0")
+		if err != nil {
+			return err
+		}
+		fd, err = unix.Socket(unix.AF_INET6, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.IPPROTO_ICMPV6)
+		if err != nil {
+			return err
+		}
+		// Solicitations go to all routers (ff02::2), a group only a forwarding link joins.
+		allRouters := unix.IPv6Mreq{Multiaddr: netip.MustParseAddr("ff02::2").As16(), Interface: uint32(ifi.Index)}
+		if err := unix.SetsockoptIPv6Mreq(fd, unix.IPPROTO_IPV6, unix.IPV6_JOIN_GROUP, &allRouters); err != nil {
+			return err
+		}
+		return unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Usec: 200000})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n atomic.Int32
+	done := make(chan struct{})
+	stopped := make(chan struct{})
+	t.Cleanup(func() { close(done); <-stopped; unix.Close(fd) })
+	go func() {
+		defer close(stopped)
+		buf := make([]byte, 1500)
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			m, _, err := unix.Recvfrom(fd, buf, 0)
+			if err != nil || m < 1 || buf[0] != 133 {
+				continue
+			}
+			n.Add(1)
+			if err := topo.In(vpc, func() error { return sendRA(router, "vpc0", mac) }); err != nil {
+				t.Errorf("answering a solicitation: %v", err)
+			}
+		}
+	}()
+	return &n
 }
 
 // TestPrimaryAcceptRAFindsThePrimary: without an IPv6 default route (not learnt yet, or

@@ -112,14 +112,11 @@ func sendRA(router netip.Addr, link string, mac net.HardwareAddr) error {
 	if err != nil {
 		return err
 	}
-	fd, err := unix.Socket(unix.AF_INET6, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.IPPROTO_ICMPV6)
+	fd, err := ndpSocket()
 	if err != nil {
-		return fmt.Errorf("raw ICMPv6 socket: %w", err)
-	}
-	defer unix.Close(fd)
-	if err := unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_MULTICAST_HOPS, 255); err != nil {
 		return err
 	}
+	defer unix.Close(fd)
 	if err := unix.Bind(fd, &unix.SockaddrInet6{Addr: router.As16(), ZoneId: uint32(ifi.Index)}); err != nil {
 		return fmt.Errorf("bind %s%%%s: %w", router, link, err)
 	}
