@@ -7,13 +7,14 @@ import (
 	"github.com/allot-ipam/allot/core/k8s/apis/allot/v1alpha1"
 )
 
-// statusQuiet bounds how long the status of a node with no address in use waits
-// (statusDue): between half of it and all of it, at random.
-const statusQuiet = time.Minute
+// StatusQuiet bounds how long the status of a node with no address in use waits
+// (statusDue): between half of it and all of it, at random (test/scale waits for these
+// writes before it counts the steady state).
+const StatusQuiet = time.Minute
 
 // statusDue is when the node's usage st, which differs from the object's status cur, is to
 // be written: now when either counts an address in use, else after a random wait of up to
-// statusQuiet, kept across syncs until it passes.
+// StatusQuiet, kept across syncs until it passes.
 //
 // Such a status says only how many addresses the node's blocks hold: the spec the operator
 // wrote says as much, nothing waits for it, and no pool's count of addresses in use (the sum
@@ -30,7 +31,7 @@ func (a *Agent) statusDue(cur, st v1alpha1.NodeIPAMStatus) time.Time {
 		return now
 	}
 	if a.statusAt.IsZero() {
-		a.statusAt = now.Add(statusQuiet/2 + rand.N(statusQuiet/2))
+		a.statusAt = now.Add(StatusQuiet/2 + rand.N(StatusQuiet/2))
 	}
 	return a.statusAt
 }

@@ -8,7 +8,7 @@ import (
 )
 
 // TestStatusDue: a status that counts an address in use, or replaces one that did, is
-// written at once; one of a node with nothing in use waits between half of statusQuiet and
+// written at once; one of a node with nothing in use waits between half of StatusQuiet and
 // all of it, the same due time across syncs.
 func TestStatusDue(t *testing.T) {
 	now := time.Unix(1000, 0)
@@ -21,8 +21,8 @@ func TestStatusDue(t *testing.T) {
 
 	// The first blocks of a node: nothing in use, the object has no status yet.
 	due := a.statusDue(none, st(0, 254, 0))
-	if d := due.Sub(now); d < statusQuiet/2 || d >= statusQuiet {
-		t.Fatalf("first blocks: due in %v, want [%v, %v)", d, statusQuiet/2, statusQuiet)
+	if d := due.Sub(now); d < StatusQuiet/2 || d >= StatusQuiet {
+		t.Fatalf("first blocks: due in %v, want [%v, %v)", d, StatusQuiet/2, StatusQuiet)
 	}
 	now = now.Add(10 * time.Second)
 	if again := a.statusDue(none, st(0, 508, 0)); !again.Equal(due) {

@@ -29,6 +29,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/rest"
 
+	"github.com/allot-ipam/allot/core/agent"
 	"github.com/allot-ipam/allot/core/operator"
 	"github.com/allot-ipam/allot/internal/testenv"
 	"github.com/allot-ipam/allot/test/k8senv"
@@ -89,7 +90,7 @@ func run(tb testing.TB, p params) *result {
 	r.p50, r.p99 = percentiles(f.times())
 	r.agentStart = agCnt.Snapshot()
 
-	settle(tb, opCnt, agCnt)
+	settle(tb, opCnt, agCnt, p.nodes, f.start.Add(r.converge))
 	opBefore, agBefore := opCnt.Snapshot(), agCnt.Snapshot()
 	time.Sleep(p.window) // sleep: the steady-state window is real time by definition
 	r.opSteady = k8senv.CountDelta(opBefore, opCnt.Snapshot())
@@ -239,10 +240,13 @@ func startOperator(tb testing.TB, cfg *rest.Config, workers int) (stop func()) {
 
 // settle waits until neither the operator nor the agents made a request for 5 s, watches and
 // the operator's Lease renewals (every RetryPeriod, whatever the cluster's size) aside: the
-// writes of the start are over (pool status batches, the agents' status patches). Watches
+// writes of the start are over (pool status batches, the agents' status writes). Watches
 // are left out because an API server short of CPU closes some, and their informers open them
-// again (counted in the steady window, not polling).
-func settle(tb testing.TB, op, ag *k8senv.Counter) {
+// again (counted in the steady window, not polling). An agent writes its first status up to
+// agent.StatusQuiet after its blocks, at random, so a pause of 5 s is not the end of them:
+// it also waits until every node's agent wrote one (nodes), or that long after the last
+// node held its blocks (allBlocks; in case a write that failed had landed).
+func settle(tb testing.TB, op, ag *k8senv.Counter, nodes int, allBlocks time.Time) {
 	snap := func() map[string]int64 {
 		m := map[string]int64{}
 		for k, v := range ag.Snapshot() {
@@ -264,8 +268,27 @@ func settle(tb testing.TB, op, ag *k8senv.Counter) {
 			moved = k8senv.CountDelta(last, cur)
 			last, since = cur, time.Now()
 		}
-		return time.Since(since) >= 5*time.Second, fmt.Sprintf("%d requests so far; last moved: %v", sumOf(last), moved)
+		written := statusesWritten(ag)
+		statuses := written >= int64(nodes) || time.Since(allBlocks) > agent.StatusQuiet+5*time.Second
+		return statuses && time.Since(since) >= 5*time.Second,
+			fmt.Sprintf("%d requests so far, %d of %d agents' statuses; last moved: %v", sumOf(last), written, nodes, moved)
 	})
+}
+
+// statusesWritten is the agents' status writes (updates and patches) that succeeded.
+func statusesWritten(ag *k8senv.Counter) int64 {
+	var n int64
+	for k, v := range ag.Snapshot() {
+		if strings.HasSuffix(k, " allotnodes/status") {
+			n += v
+		}
+	}
+	for k, v := range ag.Failed() {
+		if strings.Contains(k, " allotnodes/status ") {
+			n -= v
+		}
+	}
+	return n
 }
 
 // retainCalibration is how many goroutines goroutineRetained runs.
