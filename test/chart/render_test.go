@@ -71,6 +71,7 @@ func variantCases() []valuesCase {
 		{name: "eni-ipv6-node", file: "aws-eni.yaml", set: []string{"eni.config.node.ipv6PrefixDelegation=true"}},
 		{name: "eni-ipv6-off", file: "aws-eni.yaml", set: []string{"eni.config.ipv6PrefixDelegation=false", "eni.config.prefixDelegation=true"}},
 		{name: "ipv6-prefix-outside-eni", set: []string{"eni.config.ipv6PrefixDelegation=true"}},
+		{name: "eni-every-key", file: "aws-eni.yaml", values: eniEveryKey},
 	}
 }
 
@@ -98,6 +99,10 @@ func TestChartSchemaRefusesTypos(t *testing.T) {
 		"cni.hostConfdir=/etc/cni",
 		"operator.replica=3",
 		"eni.config.preAllocat=4",
+		"eni.config.nodeConfigs.a.subnetID={subnet-1}",
+		"eni.config.node.securityGroupTag.tier=pods",
+		"eni.config.gcInterval=300",
+		"eni.config.firstInterfaceIndex=65",
 		"eni.aws.regin=eu-west-1",
 		"ipMasqAgent.config.nonMasqueradeCIDR={10.0.0.0/8}",
 		"pools[0].name=default", // no family

@@ -124,8 +124,13 @@ plugins:
       portMappings: true
 {{- end -}}
 
-{{/* eni.mtu, checked as the AWS VPC CNI checks AWS_VPC_ENI_MTU (the schema too, unless skipped). */}}
+{{/* eni.mtu, checked as the AWS VPC CNI checks AWS_VPC_ENI_MTU (the schema too, unless skipped).
+eni.config.mtu is refused rather than merged: the agent's cluster.eni.mtu must be the pods' MTU,
+and one value cannot silently win over the other. */}}
 {{- define "allot.eniMTU" -}}
+{{- if hasKey (.Values.eni.config | default dict) "mtu" -}}
+{{- fail "eni.config.mtu: set eni.mtu instead; it gives the pods' interfaces (ptp's mtu) and the secondary ENIs' links (the agent's cluster.eni.mtu) one MTU" -}}
+{{- end -}}
 {{- $m := .Values.eni.mtu -}}
 {{- if not (or (kindIs "float64" $m) (kindIs "int64" $m) (kindIs "int" $m)) -}}
 {{- fail (printf "eni.mtu: %v is not an integer" $m) -}}
