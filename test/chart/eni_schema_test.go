@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/allot-ipam/allot/core/config"
+	"github.com/allot-ipam/allot/plugins/cloud/awseni"
 )
 
 // TestChartENISchemaMatchesConfig: values.schema.json's eni.config is cluster.eni as the
@@ -25,31 +26,55 @@ import (
 // makes the agent refuse to start. Types must agree too: durations are strings the agent
 // parses, tag maps string maps.
 func TestChartENISchemaMatchesConfig(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join(chartDir(t), "values.schema.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var root map[string]any
-	if err := json.Unmarshal(b, &root); err != nil {
-		t.Fatal(err)
-	}
-	s := root
-	for _, k := range []string{"eni", "config"} {
-		s, _ = s["properties"].(map[string]any)[k].(map[string]any)
-		if s == nil {
-			t.Fatalf("values.schema.json has no properties.eni.properties.config")
-		}
-	}
-	for _, msg := range schemaDrift("eni.config", reflect.TypeFor[config.ClusterENI](), s) {
+	s := eniSchema(t, "config")
+	for _, msg := range schemaDrift("koanf", "eni.config", reflect.TypeFor[config.ClusterENI](), s) {
 		t.Error(msg)
 	}
 }
 
+// TestChartENIAWSSchemaMatchesConfig: values.schema.json's eni.aws is the aws-eni backend's
+// block as the operator decodes it (plugins/cloud/awseni.Config, by its json keys, unknown
+// keys refused): the same two ways to fail as eni.config.
+func TestChartENIAWSSchemaMatchesConfig(t *testing.T) {
+	s := eniSchema(t, "aws")
+	for _, msg := range schemaDrift("json", "eni.aws", reflect.TypeFor[awseni.Config](), s) {
+		t.Error(msg)
+	}
+}
+
+// eniSchema returns the schema of eni.<key> in values.schema.json.
+func eniSchema(t *testing.T, key string) map[string]any {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(chartDir(t), "values.schema.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s map[string]any
+	if err := json.Unmarshal(b, &s); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"eni", key} {
+		s, _ = s["properties"].(map[string]any)[k].(map[string]any)
+		if s == nil {
+			t.Fatalf("values.schema.json has no properties.eni.properties.%s", key)
+		}
+	}
+	return s
+}
+
 var durationType = reflect.TypeFor[time.Duration]()
 
+// isDuration: time.Duration, or a struct wrapping one that decodes a duration string
+// (awseni.Duration).
+func isDuration(typ reflect.Type) bool {
+	return typ == durationType || typ.Kind() == reflect.Struct && typ.NumField() == 1 &&
+		typ.Field(0).Anonymous && typ.Field(0).Type == durationType
+}
+
 // schemaDrift compares the JSON schema s of the value at path with the Go type the agent
-// decodes it into, and returns what disagrees.
-func schemaDrift(path string, typ reflect.Type, s map[string]any) []string {
+// decodes it into (by the struct tag named tag: koanf for allotd's file, json for a
+// plugin's block), and returns what disagrees.
+func schemaDrift(tag, path string, typ reflect.Type, s map[string]any) []string {
 	for typ.Kind() == reflect.Pointer {
 		typ = typ.Elem()
 	}
@@ -59,17 +84,17 @@ func schemaDrift(path string, typ reflect.Type, s map[string]any) []string {
 		reflect.Int: "integer", reflect.Int32: "integer", reflect.Int64: "integer",
 		reflect.Uint: "integer", reflect.Uint16: "integer", reflect.Uint32: "integer",
 	}[typ.Kind()]
-	if typ == durationType {
+	if isDuration(typ) {
 		want = "string"
 	}
 	if got, _ := s["type"].(string); got != want {
 		return []string{path + ": schema type " + strings.TrimSpace(got+" ") + "(want " + want + " for Go " + typ.String() + ")"}
 	}
 	switch {
-	case typ == durationType:
+	case isDuration(typ):
 		return durationDrift(path, s)
 	case typ.Kind() == reflect.Struct:
-		return structDrift(path, typ, s)
+		return structDrift(tag, path, typ, s)
 	case typ.Kind() == reflect.Map:
 		if typ.Key().Kind() != reflect.String {
 			return []string{path + ": Go " + typ.String() + " has no JSON object form"}
@@ -78,13 +103,13 @@ func schemaDrift(path string, typ reflect.Type, s map[string]any) []string {
 		if !ok {
 			return []string{path + ": schema of a map has no additionalProperties schema for its values"}
 		}
-		return schemaDrift(path+".*", typ.Elem(), items)
+		return schemaDrift(tag, path+".*", typ.Elem(), items)
 	case typ.Kind() == reflect.Slice:
 		items, ok := s["items"].(map[string]any)
 		if !ok {
 			return []string{path + ": schema of a list has no items schema"}
 		}
-		return schemaDrift(path+"[]", typ.Elem(), items)
+		return schemaDrift(tag, path+"[]", typ.Elem(), items)
 	}
 	return nil
 }
@@ -109,9 +134,9 @@ func durationDrift(path string, s map[string]any) []string {
 	return out
 }
 
-// structDrift: every koanf key of typ is a schema property, every property a koanf key, and
-// nothing else is allowed.
-func structDrift(path string, typ reflect.Type, s map[string]any) []string {
+// structDrift: every key of typ (by its tag) is a schema property, every property a key,
+// and nothing else is allowed.
+func structDrift(tag, path string, typ reflect.Type, s map[string]any) []string {
 	var out []string
 	if s["additionalProperties"] != false {
 		out = append(out, path+": additionalProperties must be false, or a misspelt key reaches the agent")
@@ -119,12 +144,12 @@ func structDrift(path string, typ reflect.Type, s map[string]any) []string {
 	props, _ := s["properties"].(map[string]any)
 	seen := map[string]bool{}
 	for f := range typ.Fields() {
-		key, _, _ := strings.Cut(f.Tag.Get("koanf"), ",")
+		key, _, _ := strings.Cut(f.Tag.Get(tag), ",")
 		if !f.IsExported() || key == "-" {
 			continue
 		}
 		if key == "" {
-			out = append(out, path+": Go field "+typ.Name()+"."+f.Name+" has no koanf tag")
+			out = append(out, path+": Go field "+typ.Name()+"."+f.Name+" has no "+tag+" tag")
 			continue
 		}
 		seen[key] = true
@@ -133,7 +158,7 @@ func structDrift(path string, typ reflect.Type, s map[string]any) []string {
 			out = append(out, path+"."+key+": the agent takes it (Go "+typ.Name()+"."+f.Name+") but values.schema.json has no property for it")
 			continue
 		}
-		out = append(out, schemaDrift(path+"."+key, f.Type, ps)...)
+		out = append(out, schemaDrift(tag, path+"."+key, f.Type, ps)...)
 	}
 	for _, k := range slices.Sorted(maps.Keys(props)) {
 		if !seen[k] {
@@ -258,6 +283,43 @@ func TestChartENIConfigMTURefused(t *testing.T) {
 		_, err := tryHelm(t, nil, append(args, extra...)...)
 		if want := "eni.config.mtu: set eni.mtu instead"; err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("eni.config.mtu=1500 %v: %v, want %q", extra, err, want)
+		}
+	}
+}
+
+// TestChartENIAWSSchemaBounds: values.schema.json refuses what the aws-eni backend refuses
+// (awseni.ParseConfig over its defaults) and takes what it takes, so a bad eni.aws fails
+// at helm install naming the key rather than in the operator's log.
+func TestChartENIAWSSchemaBounds(t *testing.T) {
+	for _, c := range []struct {
+		aws string
+		key string // named by the refusal; "": accepted
+	}{
+		{aws: `{qps: 0, burst: 0}`},
+		{aws: `{qps: 2.5, burst: 1, max-attempts: 1, max-backoff: 0s, resync-interval: 30s}`},
+		{aws: `{burst: 0}`, key: "burst"},
+		{aws: `{qps: 10, burst: 0}`, key: "burst"},
+		{aws: `{max-attempts: 0}`, key: "max-attempts"},
+		{aws: `{max-backoff: -1s}`, key: "max-backoff"},
+		{aws: `{resync-interval: 0s}`, key: "resync-interval"},
+		{aws: `{resync-interval: "0.0m"}`, key: "resync-interval"},
+		{aws: `{instance-limit-mapping: {m5.large: "3, 10, 10", t3.nano: "1,2,0"}}`},
+		{aws: `{instance-limit-mapping: {m5.large: "0,10,10"}}`, key: "instance-limit-mapping"},
+		{aws: `{instance-limit-mapping: {m5.large: "3,1,0"}}`, key: "instance-limit-mapping"},
+		{aws: `{instance-limit-mapping: {m5.large: "3,10"}}`, key: "instance-limit-mapping"},
+	} {
+		var m map[string]any
+		if err := yaml.Unmarshal([]byte(c.aws), &m); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := awseni.ParseConfig(m); (err == nil) != (c.key == "") {
+			t.Errorf("%s: the backend says %v, want refused %v", c.aws, err, c.key != "")
+		}
+		vc := valuesCase{file: "aws-eni.yaml", values: "eni:\n  aws: " + c.aws + "\n"}
+		args := append([]string{"template", ReleaseName, chartDir(t), "--namespace", Namespace}, vc.args(t)...)
+		_, err := tryHelm(t, nil, args...)
+		if c.key == "" && err != nil || c.key != "" && (err == nil || !strings.Contains(err.Error(), c.key)) {
+			t.Errorf("%s: helm template: %v, want refused naming %q", c.aws, err, c.key)
 		}
 	}
 }
