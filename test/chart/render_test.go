@@ -69,6 +69,7 @@ func variantCases() []valuesCase {
 		{name: "eni-mtu", file: "aws-eni.yaml", set: []string{"eni.mtu=1500"}},
 		{name: "eni-ipv6", file: "aws-eni.yaml", set: []string{"eni.config.ipv6PrefixDelegation=true"}},
 		{name: "eni-ipv6-node", file: "aws-eni.yaml", set: []string{"eni.config.node.ipv6PrefixDelegation=true"}},
+		{name: "eni-ipv6-accept-ra-off", file: "aws-eni.yaml", set: []string{"eni.config.ipv6PrefixDelegation=true", "eni.acceptRA=false"}},
 		{name: "eni-ipv6-off", file: "aws-eni.yaml", set: []string{"eni.config.ipv6PrefixDelegation=false", "eni.config.prefixDelegation=true"}},
 		{name: "ipv6-prefix-outside-eni", set: []string{"eni.config.ipv6PrefixDelegation=true"}},
 		{name: "eni-every-key", file: "aws-eni.yaml", values: eniEveryKey},
@@ -191,6 +192,7 @@ type values struct {
 	ENI struct {
 		MTU        int    `json:"mtu"`
 		IAMRoleArn string `json:"iamRoleArn"`
+		AcceptRA   bool   `json:"acceptRA"`
 		Config     struct {
 			HostRouting          *bool `json:"hostRouting"`
 			IPv6PrefixDelegation bool  `json:"ipv6PrefixDelegation"`
@@ -414,13 +416,13 @@ func container(t *testing.T, spec corev1.PodSpec, name string) corev1.Container 
 }
 
 // checkAcceptRA: in ENI mode with IPv6, and only there, a privileged init container sets the
-// primary ENI's accept_ra (allotd accept-ra); no other container is privileged unless
-// agent.privileged asks for it.
+// primary ENI's accept_ra (allotd accept-ra), unless eni.acceptRA is false; no other container
+// is privileged unless agent.privileged asks for it.
 func checkAcceptRA(t *testing.T, spec corev1.PodSpec, v values) {
 	t.Helper()
 	i := slices.IndexFunc(spec.InitContainers, func(c corev1.Container) bool { return c.Name == "accept-ra" })
-	if (i >= 0) != v.eniIPv6() {
-		t.Fatalf("accept-ra init container rendered: %v, want %v (mode %s, ENI IPv6 %v)", i >= 0, v.eniIPv6(), v.Mode, v.eniIPv6())
+	if want := v.eniIPv6() && v.ENI.AcceptRA; (i >= 0) != want {
+		t.Fatalf("accept-ra init container rendered: %v, want %v (mode %s, ENI IPv6 %v, eni.acceptRA %v)", i >= 0, want, v.Mode, v.eniIPv6(), v.ENI.AcceptRA)
 	}
 	for _, c := range append(slices.Clone(spec.InitContainers), spec.Containers...) {
 		sc := c.SecurityContext
