@@ -172,6 +172,7 @@ func checkLink(h *netlink.Handle, name string) error {
 	return nil
 }
 
+// nl is h, or a handle on the calling thread's namespace when h is nil.
 func nl(h *netlink.Handle) *netlink.Handle {
 	if h == nil {
 		return &netlink.Handle{}

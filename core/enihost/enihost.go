@@ -114,12 +114,7 @@ type Result struct {
 	Errors                         []error
 }
 
-func (h *Host) nl() *netlink.Handle {
-	if h.Handle != nil {
-		return h.Handle
-	}
-	return &netlink.Handle{}
-}
+func (h *Host) nl() *netlink.Handle { return nl(h.Handle) }
 
 // Sync makes the host's ENI tables and pod rules match enis and pods: every secondary ENI's
 // table has its routes; every pod on a secondary ENI has its two rules; allot's rules for

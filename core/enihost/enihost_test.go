@@ -18,6 +18,13 @@ import (
 func newNS(t *testing.T) netns.NsHandle {
 	t.Helper()
 	topo.Require(t)
+	return namedNS(t, "allot-enihost-")
+}
+
+// namedNS makes a network namespace named prefix + the test's name, leaves the calling
+// thread where it was and removes the namespace at the end.
+func namedNS(t *testing.T, prefix string) netns.NsHandle {
+	t.Helper()
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	orig, err := netns.Get()
@@ -25,7 +32,7 @@ func newNS(t *testing.T) netns.NsHandle {
 		t.Fatal(err)
 	}
 	defer orig.Close()
-	name := "allot-enihost-" + t.Name()
+	name := prefix + t.Name()
 	ns, err := netns.NewNamed(name)
 	if err != nil {
 		t.Fatal(err)

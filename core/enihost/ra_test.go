@@ -6,7 +6,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -85,23 +84,7 @@ func TestIPv6RouterFromRouterAdvertisement(t *testing.T) {
 // newPeerNS makes a second network namespace for the test, standing for the VPC.
 func newPeerNS(t *testing.T) netns.NsHandle {
 	t.Helper()
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer orig.Close()
-	name := "allot-enihost-vpc-" + t.Name()
-	ns, err := netns.NewNamed(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := netns.Set(orig); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ns.Close(); _ = netns.DeleteNamed(name) })
-	return ns
+	return namedNS(t, "allot-enihost-vpc-")
 }
 
 // sendRA sends a router advertisement (RFC 4861 4.2) from router on link, to all nodes, as
