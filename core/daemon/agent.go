@@ -17,6 +17,7 @@ import (
 	"github.com/allot-ipam/allot/core/noderoutes"
 	"github.com/allot-ipam/allot/core/registry"
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
@@ -90,7 +91,7 @@ func NewAgent(ctx context.Context, cfg *config.Config, builtins *registry.Regist
 		return nil, err
 	}
 	kick := make(chan struct{}, 1)
-	eniHost := newENIHost(cfg.Cluster.ENI, log)
+	eniHost := newENIHost(cfg.Cluster.ENI, d.reg, log)
 	if cfg.Cluster.ENI.Enabled() && restCfg.QPS == 0 {
 		// ENI mode writes status.ipam.used as pods come and go (debounced): more than
 		// client-go's default 5 requests/s when a node starts many pods at once.
@@ -151,8 +152,9 @@ func (d *Daemon) agentDaemon(ctx context.Context, cfg *config.Config, restCfg *r
 	return ad, nil
 }
 
-// newENIHost is the controller of the host's ENI routing (nil when off).
-func newENIHost(e config.ClusterENI, log *slog.Logger) *enihost.Controller {
+// newENIHost is the controller of the host's ENI routing (nil when off), with the check of
+// the primary ENI's accept_ra once the node has IPv6 prefixes (metric on reg).
+func newENIHost(e config.ClusterENI, reg prometheus.Registerer, log *slog.Logger) *enihost.Controller {
 	if !e.HostRoutingEnabled() {
 		return nil
 	}
@@ -162,7 +164,8 @@ func newENIHost(e config.ClusterENI, log *slog.Logger) *enihost.Controller {
 	}
 	hlog := log.With("component", "enihost")
 	return &enihost.Controller{Host: &enihost.Host{Log: hlog, MTU: e.MTU}, Log: hlog,
-		NetnsFiles: func() ([]string, error) { return enihost.NetnsFiles(dirs) }}
+		NetnsFiles: func() ([]string, error) { return enihost.NetnsFiles(dirs) },
+		AcceptRA:   enihost.NewAcceptRAWatch(reg, hlog)}
 }
 
 // agentOptions configure the agent from the cluster section.

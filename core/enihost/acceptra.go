@@ -1,6 +1,7 @@
 package enihost
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -27,8 +28,13 @@ const AcceptRAAll = "2"
 
 // AcceptRAOptions says where SetPrimaryAcceptRA works.
 type AcceptRAOptions struct {
-	// Interface is the primary ENI's link; empty: PrimaryLink finds it.
+	// Interface is the primary ENI's link; empty: the link with PrimaryMAC's address, else
+	// (no PrimaryMAC, or it wraps ErrMetadataUnreachable) PrimaryLink's.
 	Interface string
+	// PrimaryMAC reads the instance's primary MAC (IMDS's latest/meta-data/mac); MACFrom
+	// says where from in logs and errors ("instance metadata" when empty).
+	PrimaryMAC func(ctx context.Context) (net.HardwareAddr, error)
+	MACFrom    string
 	// ProcSys is where the sysctls are ("/proc/sys" when empty); they are those of the
 	// calling thread's network namespace.
 	ProcSys string
@@ -40,7 +46,8 @@ type AcceptRAOptions struct {
 // AcceptRAResult is what SetPrimaryAcceptRA found and did.
 type AcceptRAResult struct {
 	Interface string
-	// Why the interface is the primary: "given", "IPv6 default route", "IPv4 default route".
+	// Why the interface is the primary: "given", "primary MAC <mac> from <MACFrom>", "IPv6
+	// default route", "IPv4 default route".
 	Why string
 	// Before is accept_ra as found; Changed is false when it already was 2.
 	Before  string
@@ -56,24 +63,16 @@ type AcceptRAResult struct {
 // the advertisement that restores it. Nothing else is changed: forwarding stays the
 // interface plugin's to turn on (ptp does at the first IPv6 pod), and with accept_ra at 2
 // that no longer costs the route.
-func SetPrimaryAcceptRA(o AcceptRAOptions) (AcceptRAResult, error) {
-	res := AcceptRAResult{Interface: o.Interface, Why: "given"}
-	if res.Interface == "" {
-		name, why, err := PrimaryLink(o.Handle)
-		if err != nil {
-			return res, err
-		}
-		res.Interface, res.Why = name, why
-	} else if err := checkLink(o.Handle, res.Interface); err != nil {
+func SetPrimaryAcceptRA(ctx context.Context, o AcceptRAOptions) (AcceptRAResult, error) {
+	log := orDiscard(o.Log)
+	var res AcceptRAResult
+	var err error
+	res.Interface, res.Why, err = findPrimary(ctx, o, log)
+	if err != nil {
 		return res, err
 	}
 	name := "net.ipv6.conf." + res.Interface + ".accept_ra"
-	procSys := o.ProcSys
-	if procSys == "" {
-		procSys = "/proc/sys"
-	}
-	// The kernel's directory for an interface is named as the interface (dots included).
-	p := filepath.Join(procSys, "net", "ipv6", "conf", res.Interface, "accept_ra")
+	p := ipv6Sysctl(o.ProcSys, res.Interface, "accept_ra")
 	before, err := readSysctl(p)
 	if errors.Is(err, fs.ErrNotExist) {
 		return res, fmt.Errorf("%s: interface %s has no IPv6 configuration (%s missing: IPv6 off in the kernel?)", name, res.Interface, p)
@@ -82,10 +81,6 @@ func SetPrimaryAcceptRA(o AcceptRAOptions) (AcceptRAResult, error) {
 		return res, fmt.Errorf("%s: interface %s: %w", name, res.Interface, err)
 	}
 	res.Before = before
-	log := o.Log
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
 	if before == AcceptRAAll {
 		log.Info("sysctl already set", "sysctl", name, "value", before, "interface", res.Interface, "primary-by", res.Why)
 		return res, nil
@@ -158,6 +153,15 @@ func solicitRouter(link int, mac net.HardwareAddr) error {
 		return fmt.Errorf("send to ff02::2: %w", err)
 	}
 	return nil
+}
+
+// ipv6Sysctl is the path of net.ipv6.conf.<link>.<key> under procSys ("/proc/sys" when
+// empty); the kernel's directory for an interface is named as the interface, dots included.
+func ipv6Sysctl(procSys, link, key string) string {
+	if procSys == "" {
+		procSys = "/proc/sys"
+	}
+	return filepath.Join(procSys, "net", "ipv6", "conf", link, key)
 }
 
 func readSysctl(p string) (string, error) {

@@ -34,7 +34,7 @@ func TestPrimaryAcceptRAKeepsTheDefaultRoute(t *testing.T) {
 	var logs bytes.Buffer
 	var res AcceptRAResult
 	err := topo.In(ns, func() (err error) {
-		res, err = SetPrimaryAcceptRA(AcceptRAOptions{Handle: h, Log: slog.New(slog.NewTextHandler(&logs, nil))})
+		res, err = SetPrimaryAcceptRA(t.Context(), AcceptRAOptions{Handle: h, Log: slog.New(slog.NewTextHandler(&logs, nil))})
 		return err
 	})
 	if err != nil || res != (AcceptRAResult{Interface: "eth0", Why: "IPv6 default route", Before: "1", Changed: true}) {
@@ -49,7 +49,7 @@ func TestPrimaryAcceptRAKeepsTheDefaultRoute(t *testing.T) {
 	}
 	// Again (an agent restart): nothing to do, and the route is still there.
 	err = topo.In(ns, func() error {
-		res, err = SetPrimaryAcceptRA(AcceptRAOptions{Handle: h})
+		res, err = SetPrimaryAcceptRA(t.Context(), AcceptRAOptions{Handle: h})
 		return err
 	})
 	if err != nil || res.Changed || res.Before != "2" || res.Interface != "eth0" {
@@ -82,7 +82,7 @@ func TestPrimaryAcceptRARestoresALostRoute(t *testing.T) {
 	solicited := answerSolicitations(t, vpc, router, routerMAC)
 	var res AcceptRAResult
 	err := topo.In(ns, func() (err error) {
-		res, err = SetPrimaryAcceptRA(AcceptRAOptions{Interface: "eth0", Handle: h, Log: slog.New(slog.NewTextHandler(t.Output(), nil))})
+		res, err = SetPrimaryAcceptRA(t.Context(), AcceptRAOptions{Interface: "eth0", Handle: h, Log: slog.New(slog.NewTextHandler(t.Output(), nil))})
 		return err
 	})
 	if err != nil || !res.Changed || !res.Solicited {
@@ -209,7 +209,7 @@ func TestPrimaryAcceptRAFindsThePrimary(t *testing.T) {
 	defer h.Close()
 	run := func(o AcceptRAOptions) (res AcceptRAResult, err error) {
 		o.Handle = h
-		err = topo.In(ns, func() error { res, err = SetPrimaryAcceptRA(o); return err })
+		err = topo.In(ns, func() error { res, err = SetPrimaryAcceptRA(t.Context(), o); return err })
 		return res, err
 	}
 	if _, err := run(AcceptRAOptions{}); err == nil || !strings.Contains(err.Error(), "no IPv6 or IPv4 default route") {

@@ -27,6 +27,9 @@ type Controller struct {
 	Retry      time.Duration // default 1 s
 	Resync     time.Duration // default 30 s
 	Log        *slog.Logger
+	// AcceptRA, if set, checks the primary ENI's accept_ra at every sync while the node has
+	// IPv6 prefixes or pods: at start, and as IPv6 pods come (ptp turns forwarding on).
+	AcceptRA *AcceptRAWatch
 
 	// once sets trig and Log: Trigger, Run and SyncOnce may come first, from any goroutine.
 	once    sync.Once
@@ -125,6 +128,9 @@ func (c *Controller) SyncOnce(ctx context.Context) (Outcome, error) {
 	enis, pods, err := c.State(ctx)
 	if err != nil {
 		return out, fmt.Errorf("enihost: node state: %w", err)
+	}
+	if c.AcceptRA != nil && usesIPv6(enis, pods) {
+		c.AcceptRA.Check(ctx, c.Host, enis)
 	}
 	routed, err := c.Host.PodRoutes()
 	if err != nil {
