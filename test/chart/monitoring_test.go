@@ -130,7 +130,7 @@ func TestMonitoringRules(t *testing.T) {
 			}
 		}
 	}
-	for _, want := range []string{"AllotPoolAlmostFull", "AllotSharedPoolAlmostFull", "AllotNodeRequestsPending", "AllotEC2Throttled", "AllotStoreErrors"} {
+	for _, want := range []string{"AllotPoolAlmostFull", "AllotSharedPoolAlmostFull", "AllotNodeRequestsPending", "AllotEC2Throttled", "AllotENIIPv6AcceptRA", "AllotStoreErrors"} {
 		if !slices.Contains(alerts, want) {
 			t.Errorf("alert %s missing (have %v)", want, alerts)
 		}

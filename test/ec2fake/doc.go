@@ -21,4 +21,7 @@
 // SecurityGroupId.1, PrivateIpAddress.1, TagSpecification.1.Tag.1.Key); answers are
 // <ActionResponse xmlns="http://ec2.amazonaws.com/doc/2016-11-15/"> with ...Set/item lists
 // and nextToken; errors are <Response><Errors><Error><Code/><Message/></Error></Errors>.
+//
+// Server.IMDS is the instance metadata service of one of its instances (IMDSv2 only: token,
+// then meta-data/mac and instance-id), for the SDK's feature/ec2/imds client (StartIMDS).
 package ec2fake
