@@ -98,7 +98,8 @@ func (w *AcceptRAWatch) logState(s AcceptRAState) {
 	switch {
 	case s.AtRisk():
 		w.Log.Warn(name+" is not 2 while the node forwards IPv6: the kernel drops the node's IPv6 default route "+
-			"(learnt from router advertisements) at the first IPv6 pod, and the node and the pods on the primary ENI lose IPv6 egress; "+
+			"(learnt from router advertisements) once it forwards, as ptp makes it at the first IPv6 pod, and learns no other: "+
+			"the node and the pods on the primary ENI lose IPv6 egress; "+
 			"fix: the chart's eni.acceptRA=true (allotd accept-ra), or set "+name+"=2 on the node (sysctl.d)", attrs...)
 	case s.AcceptRA != AcceptRAAll:
 		w.Log.Info(name+" is not 2: the node's IPv6 default route goes when forwarding turns on (ptp does at the first IPv6 pod); "+
