@@ -3,11 +3,8 @@ package agent
 import (
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,7 +17,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/rest"
 )
 
 // TestAgentAddNamesPoolNotWatchedYet: an ADD naming an IPPool that the agent's watch has not
@@ -46,10 +42,9 @@ func TestAgentAddNamesPoolNotWatchedYet(t *testing.T) {
 	defer stopOp()
 	go (&fakeOperator{c: c}).run(opCtx)
 
-	hold := newWatchHold()
-	defer hold.release()
-	cfg := rest.CopyConfig(env.Config)
-	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return holdWatchRT{rt: rt, h: hold, resource: "ippools"} })
+	hold := k8senv.NewWatchHold()
+	defer hold.Release()
+	cfg := hold.Wrap(env.Config, "ippools")
 	cnt := &k8senv.Counter{}
 	r := &agentRig{t: t, env: env, c: c, node: "node-l", dir: t.TempDir(), grace: time.Minute, cfg: cnt.Wrap(cfg)}
 	r.start()
@@ -59,7 +54,7 @@ func TestAgentAddNamesPoolNotWatchedYet(t *testing.T) {
 	})
 
 	// The pool is created while the agent's IPPool watch is held, and an ADD names it at once.
-	hold.hold()
+	hold.Hold()
 	if err := c.Create(ctx, &allotv1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: "fresh"}, Spec: allotv1.IPPoolSpec{
 		IPv4: &allotv1.PoolFamily{CIDRs: []string{"10.61.0.0/24"}, MaskSize: 28}}}); err != nil {
 		t.Fatal(err)
@@ -119,7 +114,7 @@ func TestAgentAddNamesPoolNotWatchedYet(t *testing.T) {
 	}
 
 	// The watch catches up: the informer's pool replaces the live copy, the block stays.
-	hold.release()
+	hold.Release()
 	eventually(t, "pool fresh from the informer, the live copy forgotten", 20*time.Second, func() (bool, string) {
 		r.a.Trigger()
 		r.a.livePools.mu.Lock()
@@ -131,73 +126,4 @@ func TestAgentAddNamesPoolNotWatchedYet(t *testing.T) {
 	if u := usage(r.m, "fresh", policy.IPv4); len(u.CIDRs) != 1 || u.Used != 1 {
 		t.Fatalf("pool fresh after the watch caught up: %+v", u)
 	}
-}
-
-// watchHold holds the events of watches: while held, what a watch's body reads is not
-// returned to the informer until release.
-type watchHold struct {
-	mu   sync.Mutex
-	gate chan struct{} // closed while not held
-}
-
-func newWatchHold() *watchHold {
-	g := make(chan struct{})
-	close(g)
-	return &watchHold{gate: g}
-}
-
-func (h *watchHold) hold() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	select {
-	case <-h.gate:
-		h.gate = make(chan struct{})
-	default:
-	}
-}
-
-func (h *watchHold) release() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	select {
-	case <-h.gate:
-	default:
-		close(h.gate)
-	}
-}
-
-func (h *watchHold) wait() {
-	h.mu.Lock()
-	g := h.gate
-	h.mu.Unlock()
-	<-g
-}
-
-// holdWatchRT makes the watches of one resource subject to a watchHold.
-type holdWatchRT struct {
-	rt       http.RoundTripper
-	h        *watchHold
-	resource string
-}
-
-func (t holdWatchRT) RoundTrip(req *http.Request) (*http.Response, error) {
-	resp, err := t.rt.RoundTrip(req)
-	if err != nil || req.URL.Query().Get("watch") != "true" || k8senv.ResourceOf(req.URL.Path) != t.resource {
-		return resp, err
-	}
-	resp.Body = heldBody{ReadCloser: resp.Body, h: t.h}
-	return resp, nil
-}
-
-// heldBody returns what it read only when its hold allows: an event that arrives while the
-// watch is held waits.
-type heldBody struct {
-	io.ReadCloser
-	h *watchHold
-}
-
-func (b heldBody) Read(p []byte) (int, error) {
-	n, err := b.ReadCloser.Read(p)
-	b.h.wait()
-	return n, err
 }
