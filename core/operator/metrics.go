@@ -19,6 +19,7 @@ type metrics struct {
 	capacity  *prometheus.GaugeVec   // blocks a source can hand out in all (held + free)
 	leader    prometheus.Gauge       // 1 while this replica leads
 	convergeS prometheus.Histogram   // seconds from rebuild start to rebuild end
+	liveReads *prometheus.CounterVec // requested IPPools the cache lacked, read from the API server
 }
 
 // Refusal reasons (label "reason" of allot_operator_refusals_total).
@@ -44,6 +45,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		capacity: gaugeVec("blocks_capacity",
 			"Per-node CIDR blocks a pool or ClusterCIDRConfig can hand out in all (held and free); blocks/blocks_capacity is how full it is.",
 			"kind", "source", "family"),
+		liveReads: counterVec("live_pool_reads_total",
+			"Reads of an IPPool from the API server for a node's request the informer cache had no such pool for, by result "+
+				"(found: the cache lagged, the request is served; none: the pool does not exist; error).", "result"),
 		fenced: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "allot", Subsystem: "operator", Name: "fenced_writes_total",
 			Help: "Hand-outs not written because a live read of the Lease showed it lost or too old to renew in time.",
@@ -59,7 +63,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 	}
 	err := registerAll(reg, into(&m.allocated), into(&m.released), into(&m.exhausted), into(&m.refusals),
-		into(&m.blocks), into(&m.capacity), into(&m.fenced), into(&m.leader), into(&m.convergeS))
+		into(&m.blocks), into(&m.capacity), into(&m.fenced), into(&m.leader), into(&m.convergeS), into(&m.liveReads))
 	if err != nil {
 		return nil, fmt.Errorf("operator: metrics: %w", err)
 	}

@@ -42,7 +42,7 @@ func newMultiPool(t *term) []reconciler {
 		ready: t.st.waitReady, dirty: newDirtySet(t.opts.StatusDelay)}
 	nodes := &allotNodeReconciler{client: t.client, reader: t.reader, st: t.st, m: t.m, log: t.log, event: t.event,
 		fence: t.fence, ready: t.st.waitReady, workers: t.opts.Workers, kick: newDirtySet(0), poolDirty: pools.dirty,
-		statusDelay: t.opts.StatusDelay, now: time.Now}
+		statusDelay: t.opts.StatusDelay, now: time.Now, live: newLivePools(t.reader, t.m.liveReads)}
 	pools.nodeKick = nodes.kick
 	return []reconciler{pools, nodes}
 }
@@ -106,6 +106,7 @@ func allocatedBlocks(n *allotv1.AllotNode) map[netip.Prefix]string {
 type allotNodeReconciler struct {
 	client    client.Client
 	reader    client.Reader // the API server itself (Rebuild, blocks in doubt)
+	live      *livePools    // requested pools the cache lacks, read from the API server
 	st        *state
 	m         *metrics
 	log       *slog.Logger
@@ -157,11 +158,11 @@ func (r *allotNodeReconciler) reconcile(ctx context.Context, req reconcile.Reque
 			return reconcile.Result{}, fmt.Errorf("read AllotNode %s with blocks in doubt: %w", req.Name, err)
 		}
 	}
-	var pools allotv1.IPPoolList
-	if err := r.client.List(ctx, &pools); err != nil {
+	table, err := r.poolTable(ctx, &obj)
+	if err != nil {
 		return reconcile.Result{}, err
 	}
-	p, ok := r.plan(&obj, buildPoolTable(pools.Items))
+	p, ok := r.plan(&obj, table)
 	if !ok {
 		// The cache has not caught up with our own last write; its update event follows.
 		return reconcile.Result{}, nil
@@ -175,6 +176,31 @@ func (r *allotNodeReconciler) reconcile(ctx context.Context, req reconcile.Reque
 		return reconcile.Result{RequeueAfter: d}, nil
 	}
 	return r.writeStatus(ctx, cur, p)
+}
+
+// poolTable reads the IPPools for obj's requests: the cache's, and those it requests that the
+// cache lacks as the API server has them (livePools: a pool created a moment before is not
+// reported missing while the informer catches up).
+func (r *allotNodeReconciler) poolTable(ctx context.Context, obj *allotv1.AllotNode) (map[string]*poolEntry, error) {
+	var pools allotv1.IPPoolList
+	if err := r.client.List(ctx, &pools); err != nil {
+		return nil, err
+	}
+	cached := make(map[string]bool, len(pools.Items))
+	for i := range pools.Items {
+		cached[pools.Items[i].Name] = true
+	}
+	for _, name := range missingPools(obj.Spec.IPAM.Pools.Requested, cached) {
+		p, err := r.live.get(ctx, name)
+		if err != nil {
+			return nil, fmt.Errorf("read IPPool %s, requested by AllotNode %s and not in the cache: %w", name, obj.Name, err)
+		}
+		if p != nil {
+			r.log.Debug("IPPool read from the API server before the operator's watch delivered it", "pool", name, "allotNode", obj.Name)
+			pools.Items = append(pools.Items, *p)
+		}
+	}
+	return buildPoolTable(pools.Items), nil
 }
 
 // statusWait is how long the node's status write still waits (<= 0: write it now).

@@ -1,0 +1,131 @@
+package operator
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	allotv1 "github.com/allot-ipam/allot/core/k8s/apis/allot/v1alpha1"
+)
+
+// IPPools read live.
+//
+// The AllotNode reconciler reads the IPPools from the informer cache. An agent asks for the
+// blocks of a pool created a moment before (a pod names it) as soon as its own watch, or a
+// live read (core/agent/livepools.go), shows the pool, which may be before the operator's
+// watch delivers it: the request would be marked unmet ("no such IPPool" in the node's
+// PoolsFulfilled condition) until the informer catches up and a later reconcile clears it,
+// a false alarm for whoever watches the condition, and the node's blocks would wait for
+// that reconcile. So a requested pool the cache lacks is read from the API server itself
+// (one GET of that name) before the request is declared unmet.
+//
+// A pool found live is used at once, as if the cache had it (allotNodeReconciler.poolTable),
+// rather than requeueing the node until the cache has it: the live object is the newest
+// state of the pool there is, so handing out of it is as safe as handing out of a cached one
+// (the leader's one block set keeps every block of every pool apart, and buildPoolTable
+// leaves out a CIDR of a newer pool that overlaps an older pool's, as always), while a
+// requeue would make the node wait on the very watch that lags and needs a timer of its own.
+// The IPPool reconciler adds the pool's finalizer and status once its informer delivers it,
+// counting the blocks already handed out.
+//
+// A request naming a pool that does not exist must not cost a GET per reconcile: one read of
+// a name answers every reconcile that misses it for livePoolWindow after it began (found or
+// not: a negative cache, as the agent's), and reconciles that miss it while a read is in
+// flight share that read. So the API server sees at most one GET per second per missing
+// name, whatever the number of nodes asking.
+
+const (
+	// livePoolWindow is how long one live read of an IPPool answers later reconciles.
+	livePoolWindow = time.Second
+	// livePoolTimeout bounds one read within the reconcile's context.
+	livePoolTimeout = 5 * time.Second
+)
+
+// livePools reads IPPools the cache lacks from the API server, at most once per window per
+// name.
+type livePools struct {
+	reader client.Reader // the API server itself
+	reads  *prometheus.CounterVec
+	now    func() time.Time
+	window time.Duration
+
+	mu   sync.Mutex
+	last map[string]*livePoolRead // by pool name: the last read, in flight or done
+}
+
+// livePoolRead is one GET of an IPPool, shared by the reconciles that miss it meanwhile.
+type livePoolRead struct {
+	start time.Time
+	done  chan struct{}
+	pool  *allotv1.IPPool // nil: the API server has no such IPPool
+	err   error
+}
+
+func newLivePools(reader client.Reader, reads *prometheus.CounterVec) *livePools {
+	return &livePools{reader: reader, reads: reads, now: time.Now, window: livePoolWindow, last: map[string]*livePoolRead{}}
+}
+
+// get returns IPPool name as the API server has it, or nil when it does not exist; a read
+// younger than the window answers without another.
+func (l *livePools) get(ctx context.Context, name string) (*allotv1.IPPool, error) {
+	now := l.now()
+	l.mu.Lock()
+	r := l.last[name]
+	mine := r == nil || now.Sub(r.start) >= l.window
+	if mine {
+		for n, old := range l.last { // forget names no longer asked for
+			if now.Sub(old.start) >= l.window {
+				delete(l.last, n)
+			}
+		}
+		r = &livePoolRead{start: now, done: make(chan struct{})}
+		l.last[name] = r
+	}
+	l.mu.Unlock()
+	if mine {
+		r.pool, r.err = l.read(ctx, name)
+		close(r.done)
+	}
+	select {
+	case <-r.done:
+		return r.pool, r.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// read GETs IPPool name and counts the read by result.
+func (l *livePools) read(ctx context.Context, name string) (*allotv1.IPPool, error) {
+	ctx, cancel := context.WithTimeout(ctx, livePoolTimeout)
+	defer cancel()
+	var p allotv1.IPPool
+	switch err := l.reader.Get(ctx, client.ObjectKey{Name: name}, &p); {
+	case apierrors.IsNotFound(err):
+		l.reads.WithLabelValues("none").Inc()
+		return nil, nil
+	case err != nil:
+		l.reads.WithLabelValues("error").Inc()
+		return nil, err
+	}
+	l.reads.WithLabelValues("found").Inc()
+	return &p, nil
+}
+
+// missingPools are the pools of requests that need addresses and that cached (the cache's
+// pool names) lacks, in request order, each once. Pure.
+func missingPools(requests []allotv1.PoolRequest, cached map[string]bool) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, q := range requests {
+		if cached[q.Pool] || seen[q.Pool] || (q.Needed.IPv4 <= 0 && q.Needed.IPv6 <= 0) {
+			continue
+		}
+		seen[q.Pool] = true
+		out = append(out, q.Pool)
+	}
+	return out
+}
