@@ -2,6 +2,7 @@ package operator
 
 import (
 	"context"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -36,7 +37,10 @@ import (
 // a name answers every reconcile that misses it for livePoolWindow after it began (found or
 // not: a negative cache, as the agent's), and reconciles that miss it while a read is in
 // flight share that read. So the API server sees at most one GET per second per missing
-// name, whatever the number of nodes asking.
+// name, whatever the number of nodes asking. A read that fails (the API server away, a role
+// without get on ippools) counts as "no such pool", the answer the cache gave: the request
+// is reported unmet as it was before live reads, rather than failing the node's whole
+// reconcile and with it the hand-outs of the pools the cache has.
 
 const (
 	// livePoolWindow is how long one live read of an IPPool answers later reconciles.
@@ -50,6 +54,7 @@ const (
 type livePools struct {
 	reader client.Reader // the API server itself
 	reads  *prometheus.CounterVec
+	log    *slog.Logger
 	now    func() time.Time
 	window time.Duration
 
@@ -61,17 +66,16 @@ type livePools struct {
 type livePoolRead struct {
 	start time.Time
 	done  chan struct{}
-	pool  *allotv1.IPPool // nil: the API server has no such IPPool
-	err   error
+	pool  *allotv1.IPPool // nil: the API server has no such IPPool, or the read failed
 }
 
-func newLivePools(reader client.Reader, reads *prometheus.CounterVec) *livePools {
-	return &livePools{reader: reader, reads: reads, now: time.Now, window: livePoolWindow, last: map[string]*livePoolRead{}}
+func newLivePools(reader client.Reader, reads *prometheus.CounterVec, log *slog.Logger) *livePools {
+	return &livePools{reader: reader, reads: reads, log: log, now: time.Now, window: livePoolWindow, last: map[string]*livePoolRead{}}
 }
 
-// get returns IPPool name as the API server has it, or nil when it does not exist; a read
-// younger than the window answers without another.
-func (l *livePools) get(ctx context.Context, name string) (*allotv1.IPPool, error) {
+// get returns IPPool name as the API server has it, or nil when it does not exist (or the
+// read failed); a read younger than the window answers without another.
+func (l *livePools) get(ctx context.Context, name string) *allotv1.IPPool {
 	now := l.now()
 	l.mu.Lock()
 	r := l.last[name]
@@ -87,32 +91,33 @@ func (l *livePools) get(ctx context.Context, name string) (*allotv1.IPPool, erro
 	}
 	l.mu.Unlock()
 	if mine {
-		r.pool, r.err = l.read(ctx, name)
+		r.pool = l.read(ctx, name)
 		close(r.done)
 	}
 	select {
 	case <-r.done:
-		return r.pool, r.err
+		return r.pool
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return nil
 	}
 }
 
 // read GETs IPPool name and counts the read by result.
-func (l *livePools) read(ctx context.Context, name string) (*allotv1.IPPool, error) {
+func (l *livePools) read(ctx context.Context, name string) *allotv1.IPPool {
 	ctx, cancel := context.WithTimeout(ctx, livePoolTimeout)
 	defer cancel()
 	var p allotv1.IPPool
 	switch err := l.reader.Get(ctx, client.ObjectKey{Name: name}, &p); {
 	case apierrors.IsNotFound(err):
 		l.reads.WithLabelValues("none").Inc()
-		return nil, nil
+		return nil
 	case err != nil:
 		l.reads.WithLabelValues("error").Inc()
-		return nil, err
+		l.log.Warn("reading a requested IPPool the cache lacks from the API server failed; the request is reported unmet", "pool", name, "err", err)
+		return nil
 	}
 	l.reads.WithLabelValues("found").Inc()
-	return &p, nil
+	return &p
 }
 
 // missingPools are the pools of requests that need addresses and that cached (the cache's

@@ -42,7 +42,7 @@ func newMultiPool(t *term) []reconciler {
 		ready: t.st.waitReady, dirty: newDirtySet(t.opts.StatusDelay)}
 	nodes := &allotNodeReconciler{client: t.client, reader: t.reader, st: t.st, m: t.m, log: t.log, event: t.event,
 		fence: t.fence, ready: t.st.waitReady, workers: t.opts.Workers, kick: newDirtySet(0), poolDirty: pools.dirty,
-		statusDelay: t.opts.StatusDelay, now: time.Now, live: newLivePools(t.reader, t.m.liveReads)}
+		statusDelay: t.opts.StatusDelay, now: time.Now, live: newLivePools(t.reader, t.m.liveReads, t.log)}
 	pools.nodeKick = nodes.kick
 	return []reconciler{pools, nodes}
 }
@@ -191,11 +191,7 @@ func (r *allotNodeReconciler) poolTable(ctx context.Context, obj *allotv1.AllotN
 		cached[pools.Items[i].Name] = true
 	}
 	for _, name := range missingPools(obj.Spec.IPAM.Pools.Requested, cached) {
-		p, err := r.live.get(ctx, name)
-		if err != nil {
-			return nil, fmt.Errorf("read IPPool %s, requested by AllotNode %s and not in the cache: %w", name, obj.Name, err)
-		}
-		if p != nil {
+		if p := r.live.get(ctx, name); p != nil {
 			r.log.Debug("IPPool read from the API server before the operator's watch delivered it", "pool", name, "allotNode", obj.Name)
 			pools.Items = append(pools.Items, *p)
 		}
