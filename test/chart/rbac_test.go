@@ -15,10 +15,12 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -169,6 +171,25 @@ webhook:
 			return false, err.Error()
 		}
 		return p.Status.ObservedGeneration > 0, fmt.Sprintf("%+v", p.Status)
+	})
+
+	// The operator's live reads the run above may not make: an AllotNode with blocks in doubt
+	// (a write that failed ambiguously) is read with a GET.
+	l.checkAllowed("allot-operator", authorizationv1.ResourceAttributes{Verb: "get", Group: "allot.io", Resource: "allotnodes", Name: "node-a"})
+
+	// A request for a pool that does not exist: the operator reads the pool from the API server
+	// (a GET the cache cannot answer, core/operator/livepool.go) before reporting it.
+	ghost := &allotv1.AllotNode{ObjectMeta: metav1.ObjectMeta{Name: "node-ghost"}}
+	ghost.Spec.IPAM.Pools.Requested = []allotv1.PoolRequest{{Pool: "nosuch", Needed: allotv1.AddressCounts{IPv4: 1}}}
+	if err := l.c.Create(ctx, ghost); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a request for a missing pool reported", 30*time.Second, func() (bool, string) {
+		if err := l.c.Get(ctx, client.ObjectKeyFromObject(ghost), ghost); err != nil {
+			return false, err.Error()
+		}
+		c := meta.FindStatusCondition(ghost.Status.Conditions, allotv1.ConditionPoolsFulfilled)
+		return c != nil && c.Reason == allotv1.ReasonPoolNotFound, fmt.Sprintf("%+v", c)
 	})
 
 	// The StatefulSet and its pod go: the operator's collector frees the claim and endpoint.
@@ -427,4 +448,19 @@ func daemonWritesConflist(t *testing.T) bool {
 		t.Fatalf("go list -deps ./core/daemon: %v", err)
 	}
 	return slices.Contains(strings.Fields(string(out)), "github.com/allot-ipam/allot/core/cniinstall")
+}
+
+// checkAllowed fails the test unless the chart's RBAC lets ServiceAccount sa make the request
+// (a SubjectAccessReview), for requests a test cannot provoke.
+func (l *liveEnv) checkAllowed(sa string, attrs authorizationv1.ResourceAttributes) {
+	l.t.Helper()
+	rev := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+		User: "system:serviceaccount:" + Namespace + ":" + sa, ResourceAttributes: &attrs}}
+	got, err := l.cs.AuthorizationV1().SubjectAccessReviews().Create(context.Background(), rev, metav1.CreateOptions{})
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	if !got.Status.Allowed {
+		l.t.Errorf("%s may not %s %s/%s: %s", sa, attrs.Verb, attrs.Group, attrs.Resource, got.Status.Reason)
+	}
 }
