@@ -46,6 +46,7 @@ import (
 	"github.com/allot-ipam/allot/core/k8s/apis/allot/v1alpha1"
 	"github.com/allot-ipam/allot/core/sharedpool"
 	"github.com/allot-ipam/allot/core/store"
+	"github.com/allot-ipam/allot/internal/sharedread"
 	"github.com/allot-ipam/allot/sdk/policy"
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
@@ -162,7 +163,7 @@ func New(opts Options) (*Agent, error) {
 		reclaim:   make(chan struct{}, 1),
 		nodeRead:  make(chan struct{}),
 		onDemand:  onDemand{running: make(chan struct{})},
-		livePools: livePools{negative: liveNegative},
+		livePools: livePools{last: sharedread.Reads[struct{}, bool]{Window: liveNegative}},
 		releasing: map[blockKey]bool{},
 		stale:     map[api.Owner]time.Time{},
 		reported:  map[string]bool{},

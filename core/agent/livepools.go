@@ -7,6 +7,7 @@ import (
 
 	"github.com/allot-ipam/allot/core/ipam"
 	"github.com/allot-ipam/allot/core/k8s/apis/allot/v1alpha1"
+	"github.com/allot-ipam/allot/internal/sharedread"
 	"github.com/allot-ipam/allot/sdk/policy"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
@@ -52,21 +53,15 @@ type livePools struct {
 
 	mu    sync.Mutex
 	pools map[string]livePool
-	last  *liveRead // the last read, in flight or done
-	// negative is liveNegative (tests change it).
-	negative time.Duration
+	// last is the last LIST, in flight or done, shared by the ADDs that fail meanwhile; its
+	// result tells whether it registered a pool the manager did not have. Its window is
+	// liveNegative (tests change it).
+	last sharedread.Reads[struct{}, bool]
 }
 
 type livePool struct {
 	pool v1alpha1.IPPool
 	at   time.Time
-}
-
-// liveRead is one LIST of the IPPools, shared by the ADDs that fail meanwhile.
-type liveRead struct {
-	start time.Time
-	done  chan struct{}
-	added bool // it registered a pool the manager did not have
 }
 
 // RefreshPools is ipam.DynamicOptions.RefreshPools: it reads the IPPools from the API server
@@ -76,26 +71,8 @@ func (a *Agent) RefreshPools(ctx context.Context) bool {
 	if a.opts.ENI != nil || a.opts.PodCIDRs != nil || !a.synced.Load() || a.ServingLocal() {
 		return false // the node's pools come from elsewhere, or the API server is away
 	}
-	now := time.Now()
-	lp := &a.livePools
-	lp.mu.Lock()
-	r := lp.last
-	mine := r == nil || now.Sub(r.start) >= lp.negative
-	if mine {
-		r = &liveRead{start: now, done: make(chan struct{})}
-		lp.last = r
-	}
-	lp.mu.Unlock()
-	if mine {
-		r.added = a.readPools(ctx)
-		close(r.done)
-	}
-	select {
-	case <-r.done:
-		return r.added
-	case <-ctx.Done():
-		return false
-	}
+	added, _ := a.livePools.last.Get(ctx, struct{}{}, func() bool { return a.readPools(ctx) })
+	return added
 }
 
 // readPools lists the IPPools from the API server and registers those the manager lacks.

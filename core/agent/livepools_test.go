@@ -83,12 +83,7 @@ func TestAgentAddNamesPoolNotWatchedYet(t *testing.T) {
 
 	// A pool that does not exist: one live read, then the ADD fails naming it. A second ADD
 	// within the negative cache's window reads nothing; once the window has passed, one more.
-	setNegative := func(d time.Duration) {
-		r.a.livePools.mu.Lock()
-		r.a.livePools.last, r.a.livePools.negative = nil, d
-		r.a.livePools.mu.Unlock()
-	}
-	setNegative(time.Hour)
+	r.a.livePools.last.Reset(time.Hour)
 	missing := func(cid string) {
 		t.Helper()
 		q := mkPod(t, c, "plain", "missing-"+cid, "node-l", map[string]string{ciliumannotations.DefaultAnnotation: "nosuch"})
@@ -104,9 +99,7 @@ func TestAgentAddNamesPoolNotWatchedYet(t *testing.T) {
 			t.Fatalf("ADD %d naming a missing pool made %d live LISTs, want %d", i+1, n, want)
 		}
 	}
-	r.a.livePools.mu.Lock()
-	r.a.livePools.negative = 0
-	r.a.livePools.mu.Unlock()
+	r.a.livePools.last.Reset(0)
 	before = lists()
 	missing("m2")
 	if n := lists() - before; n != 1 {

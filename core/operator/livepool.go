@@ -3,7 +3,6 @@ package operator
 import (
 	"context"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -11,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	allotv1 "github.com/allot-ipam/allot/core/k8s/apis/allot/v1alpha1"
+	"github.com/allot-ipam/allot/internal/sharedread"
 )
 
 // IPPools read live.
@@ -55,51 +55,20 @@ type livePools struct {
 	reader client.Reader // the API server itself
 	reads  *prometheus.CounterVec
 	log    *slog.Logger
-	now    func() time.Time
-	window time.Duration
-
-	mu   sync.Mutex
-	last map[string]*livePoolRead // by pool name: the last read, in flight or done
-}
-
-// livePoolRead is one GET of an IPPool, shared by the reconciles that miss it meanwhile.
-type livePoolRead struct {
-	start time.Time
-	done  chan struct{}
-	pool  *allotv1.IPPool // nil: the API server has no such IPPool, or the read failed
+	last   sharedread.Reads[string, *allotv1.IPPool] // nil: no such IPPool, or the read failed
 }
 
 func newLivePools(reader client.Reader, reads *prometheus.CounterVec, log *slog.Logger) *livePools {
-	return &livePools{reader: reader, reads: reads, log: log, now: time.Now, window: livePoolWindow, last: map[string]*livePoolRead{}}
+	l := &livePools{reader: reader, reads: reads, log: log}
+	l.last.Window = livePoolWindow
+	return l
 }
 
 // get returns IPPool name as the API server has it, or nil when it does not exist (or the
 // read failed); a read younger than the window answers without another.
 func (l *livePools) get(ctx context.Context, name string) *allotv1.IPPool {
-	now := l.now()
-	l.mu.Lock()
-	r := l.last[name]
-	mine := r == nil || now.Sub(r.start) >= l.window
-	if mine {
-		for n, old := range l.last { // forget names no longer asked for
-			if now.Sub(old.start) >= l.window {
-				delete(l.last, n)
-			}
-		}
-		r = &livePoolRead{start: now, done: make(chan struct{})}
-		l.last[name] = r
-	}
-	l.mu.Unlock()
-	if mine {
-		r.pool = l.read(ctx, name)
-		close(r.done)
-	}
-	select {
-	case <-r.done:
-		return r.pool
-	case <-ctx.Done():
-		return nil
-	}
+	p, _ := l.last.Get(ctx, name, func() *allotv1.IPPool { return l.read(ctx, name) })
+	return p
 }
 
 // read GETs IPPool name and counts the read by result.

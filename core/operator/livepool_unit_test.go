@@ -86,7 +86,7 @@ func TestLivePools(t *testing.T) {
 	rd := &poolReader{pools: map[string]allotv1.IPPool{"fresh": {ObjectMeta: metav1.ObjectMeta{Name: "fresh"}}}}
 	l := newLivePools(rd, reads, slog.New(slog.DiscardHandler))
 	now := time.Unix(1000, 0)
-	l.now = func() time.Time { return now }
+	l.last.Now = func() time.Time { return now }
 	ctx := context.Background()
 	get := func(name string, wantFound bool, wantGets int) {
 		t.Helper()
@@ -100,25 +100,25 @@ func TestLivePools(t *testing.T) {
 	}
 	get("fresh", true, 1)
 	get("nosuch", false, 2)
-	now = now.Add(l.window / 2)
+	now = now.Add(l.last.Window / 2)
 	get("fresh", true, 2)
 	get("nosuch", false, 2)
-	now = now.Add(l.window)
+	now = now.Add(l.last.Window)
 	get("nosuch", false, 3)
 	get("fresh", true, 4)
 	if f, n := testutil.ToFloat64(reads.WithLabelValues("found")), testutil.ToFloat64(reads.WithLabelValues("none")); f != 2 || n != 2 {
 		t.Fatalf("reads: found %v none %v, want 2 and 2", f, n)
 	}
 
-	now = now.Add(l.window)
+	now = now.Add(l.last.Window)
 	rd.err = errors.New("connection refused")
 	if p := l.get(ctx, "fresh"); p != nil || testutil.ToFloat64(reads.WithLabelValues("error")) != 1 {
 		t.Fatalf("a failed read: %+v (want nil: reported unmet, as the cache says), %v errors counted", p, testutil.ToFloat64(reads.WithLabelValues("error")))
 	}
 	rd.err = nil
 
-	if len(l.last) != 1 {
-		t.Fatalf("names remembered: %d, want only fresh (nosuch's read is older than the window)", len(l.last))
+	if n := l.last.Len(); n != 1 {
+		t.Fatalf("names remembered: %d, want only fresh (nosuch's read is older than the window)", n)
 	}
 }
 
